@@ -1,0 +1,46 @@
+# The two set-up commands are `make demo` and `make test`; each creates .venv when missing.
+PY_BOOT := $(shell .ci/find-python)
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP_RUN := $(VENV)/.stamp-run
+STAMP_DEV := $(VENV)/.stamp-dev
+PKG_DIRS := eventlog projections backends
+
+.PHONY: demo test lint type check bench-smoke bench clean
+
+$(PY):
+	$(PY_BOOT) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(PY)
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[dev]'
+	touch $@ $(STAMP_RUN)
+
+demo: $(STAMP_RUN)
+	$(PY) -m eventlog.demo --path demo-data/fanout.ckpt
+
+test: $(STAMP_DEV)
+	$(PY) -m pytest -q
+
+lint: $(STAMP_DEV)
+	$(VENV)/bin/ruff check $(PKG_DIRS) tests benchmarks
+	$(VENV)/bin/ruff format --check $(PKG_DIRS)
+
+type: $(STAMP_DEV)
+	$(VENV)/bin/mypy
+
+check: lint type test
+
+bench-smoke: $(STAMP_DEV)
+	$(PY) -m benchmarks.log_append --quick
+
+bench: $(STAMP_DEV)
+	$(PY) -m benchmarks.log_append
+
+clean:
+	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Where frames are stored: the backend contract and its implementations."""

@@ -1,0 +1,161 @@
+"""The backend contract: named tables of ordered ``bytes -> bytes`` with atomic transactions.
+
+Invariants every backend keeps (checked by :mod:`backends.testing`):
+- Keys order bytewise (unsigned, lexicographic); ``scan`` yields ``start <= key < stop``.
+- A write transaction is all or nothing: committed when its ``with`` block exits normally,
+  rolled back when the block raises. Readers never see a partial write transaction.
+- Values returned by reads are plain ``bytes`` owned by the caller (never views into storage
+  that could change after the transaction ends).
+- ``append`` only accepts a key greater than every key already in the table.
+- Durability is explicit: ``"fsync"`` means a committed transaction survives power loss;
+  ``"process"`` means it survives the writing process being killed, not an OS crash.
+  :meth:`Backend.sync` forces everything committed so far to stable storage.
+- A transaction that fails for a transient reason (the store had to grow) raises
+  :class:`RetryableWrite`; :meth:`Backend.run_write` retries such transactions.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Literal, TypeVar
+
+from eventlog.errors import CheckpointError, StorageError
+
+Durability = Literal["fsync", "process"]
+DURABILITIES: tuple[Durability, ...] = ("fsync", "process")
+
+T = TypeVar("T")
+
+
+class RetryableWrite(StorageError):
+    """The write transaction was rolled back for a transient reason; running it again may work."""
+
+
+def check_durability(durability: str) -> Durability:
+    if durability not in DURABILITIES:
+        raise CheckpointError(
+            f"durability must be one of {DURABILITIES!r}, got {durability!r}; "
+            "'fsync' survives power loss, 'process' survives a killed process only"
+        )
+    return durability
+
+
+class ReadTxn(abc.ABC):
+    """A consistent snapshot of every table, valid inside its ``with`` block only."""
+
+    @abc.abstractmethod
+    def get(self, table: str, key: bytes) -> bytes | None:
+        """The value stored under ``key``, or ``None``."""
+
+    @abc.abstractmethod
+    def scan(
+        self,
+        table: str,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs with ``start <= key < stop`` in key order (descending when ``reverse``)."""
+
+    @abc.abstractmethod
+    def last_key(self, table: str) -> bytes | None:
+        """The greatest key in ``table``, or ``None`` when it is empty."""
+
+    def scan_prefix(
+        self, table: str, prefix: bytes, *, reverse: bool = False, limit: int | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs whose key starts with ``prefix``."""
+        return self.scan(table, prefix, prefix_end(prefix), reverse=reverse, limit=limit)
+
+    def count(self, table: str) -> int:
+        return sum(1 for _ in self.scan(table))
+
+
+class WriteTxn(ReadTxn):
+    """A read transaction that can also change tables; atomic on commit."""
+
+    @abc.abstractmethod
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        """Store ``value`` under ``key``, replacing any previous value."""
+
+    @abc.abstractmethod
+    def delete(self, table: str, key: bytes) -> bool:
+        """Remove ``key``; ``True`` when it was present."""
+
+    @abc.abstractmethod
+    def append(self, table: str, key: bytes, value: bytes) -> None:
+        """Store a pair whose key is greater than every key in ``table`` (fast path)."""
+
+    def delete_prefix(self, table: str, prefix: bytes) -> int:
+        keys = [k for k, _ in self.scan_prefix(table, prefix)]
+        for k in keys:
+            self.delete(table, k)
+        return len(keys)
+
+
+class Backend(abc.ABC):
+    """An open store. Thread-safe for reads; write transactions are serialized by the backend."""
+
+    durability: Durability
+    readonly: bool
+
+    @property
+    @abc.abstractmethod
+    def max_key_bytes(self) -> int:
+        """The longest key the backend accepts."""
+
+    @abc.abstractmethod
+    def read(self) -> AbstractContextManager[ReadTxn]:
+        """A read transaction."""
+
+    @abc.abstractmethod
+    def write(self) -> AbstractContextManager[WriteTxn]:
+        """A write transaction: committed on normal exit, rolled back on exception."""
+
+    @abc.abstractmethod
+    def sync(self) -> None:
+        """Force everything committed so far to stable storage."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store; further use raises :class:`eventlog.errors.LogClosed`."""
+
+    @abc.abstractmethod
+    def size_bytes(self) -> int:
+        """Bytes the store occupies on its medium (0 for memory)."""
+
+    @property
+    def location(self) -> str:
+        return "<memory>"
+
+    def run_write(self, fn: Callable[[WriteTxn], T], *, attempts: int = 8) -> T:
+        """Run ``fn`` in a write transaction, running it again after a :class:`RetryableWrite`.
+
+        ``fn`` must not have effects outside the transaction, since it may run more than once.
+        """
+        for attempt in range(attempts):
+            try:
+                with self.write() as txn:
+                    return fn(txn)
+            except RetryableWrite:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (``None``: no bound)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])

@@ -1,0 +1,472 @@
+"""LMDB backend: the only module that imports ``lmdb``.
+
+Invariants:
+- One ``lmdb.Environment`` per path per process (LMDB forbids opening an environment twice in
+  one process: closing one handle would drop the other's locks). Handles are shared and
+  reference-counted through ``_REGISTRY``.
+- After ``fork`` the child never touches the parent's environment, not even to close it (closing
+  would clear reader slots the parent owns); it opens its own on first use.
+- Every transaction lives inside a ``with``; write transactions never cross threads; values
+  are returned as ``bytes`` copies (``buffers=False``), so nothing refers to the map after a
+  transaction ends.
+- ``append`` puts with ``append=True`` only after checking the key is greater than the last key,
+  since an out-of-order append corrupts the B-tree.
+- The map starts at ``map_size_initial`` and doubles on ``MapFullError`` up to
+  ``map_size_max``; growing waits until no transaction of this process is active (an LMDB
+  requirement of ``mdb_env_set_mapsize``). Past the bound the write raises ``StorageFull``.
+- ``"fsync"`` durability opens the environment with ``sync=True`` (data then meta page flushed
+  in order at each commit, LMDB's crash-safe default); ``"process"`` uses ``sync=False``, which
+  survives a killed process because committed pages are in the OS page cache, and
+  :meth:`LmdbBackend.sync` flushes on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from backends.base import Backend, Durability, ReadTxn, RetryableWrite, WriteTxn, check_durability
+from eventlog.errors import (
+    CheckpointError,
+    LogClosed,
+    NotALog,
+    ReadOnlyLog,
+    StorageError,
+    StorageFull,
+    UnsupportedFormat,
+)
+
+MAP_SIZE_INITIAL = 1 << 30  # 1 GiB of address space; costs nothing until pages are written
+MAP_SIZE_MAX = 1 << 40  # 1 TiB: free to reserve on 64-bit without writemap (DESIGN §11)
+MAX_DBS = 64
+MAX_READERS = 1024
+DATA_FILE = "data.mdb"
+
+
+def _translate(err: lmdb.Error, where: str) -> CheckpointError:
+    """Map an lmdb error to our hierarchy, keeping lmdb's own hint text."""
+    if isinstance(err, lmdb.MapFullError):
+        return StorageFull(f"{where}: the LMDB map is full ({err}); raise map_size_max")
+    if isinstance(err, lmdb.VersionMismatchError):
+        return UnsupportedFormat(f"{where}: LMDB file version mismatch ({err})")
+    if isinstance(err, (lmdb.InvalidError, lmdb.CorruptedError)):
+        return NotALog(f"{where}: not a readable LMDB environment ({err})")
+    if isinstance(err, lmdb.ReadonlyError):
+        return ReadOnlyLog(f"{where}: the log is open read-only ({err})")
+    return StorageError(f"{where}: LMDB error {type(err).__name__}: {err}")
+
+
+class _Env:
+    """One process's handle on one LMDB environment, shared by every backend on that path."""
+
+    def __init__(
+        self, path: str, durability: Durability, readonly: bool, map_size: int, map_max: int
+    ) -> None:
+        self.path = path
+        self.durability = durability
+        self.readonly = readonly
+        self.map_size_max = map_max
+        self.refs = 0
+        self.write_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._active = 0  # transactions of this process in progress
+        self._resizing = False
+        self.pid = os.getpid()
+        self.env = self._open(map_size)
+        self.map_size: int = self.env.info()["map_size"]
+        self.dbs: dict[str, Any] = {}
+
+    def _open(self, map_size: int) -> Any:
+        try:
+            return lmdb.open(
+                self.path,
+                map_size=map_size,
+                subdir=True,
+                readonly=self.readonly,
+                create=not self.readonly,
+                sync=self.durability == "fsync",
+                metasync=True,
+                max_dbs=MAX_DBS,
+                max_readers=MAX_READERS,
+                lock=True,
+                readahead=True,
+                writemap=False,
+                max_spare_txns=4,
+            )
+        except lmdb.Error as e:
+            raise _translate(e, f"opening {self.path!r}") from e
+
+    def check_marker(self, marker: str | None) -> None:
+        """Refuse an environment that holds data but not ``marker``: it is not ours to change."""
+        if marker is None:
+            return
+        try:
+            with self.env.begin(write=False) as txn:
+                names = [bytes(k).decode("utf-8", "replace") for k, _ in txn.cursor()]
+        except lmdb.Error as e:
+            raise _translate(e, f"opening {self.path!r}") from e
+        if names and marker not in names:
+            raise NotALog(
+                f"{self.path!r} is an LMDB environment but not a ckptlog log (it holds "
+                f"{', '.join(sorted(names)[:5])}, no {marker!r} table); pass a new or ckptlog path"
+            )
+
+    def open_tables(self, tables: Iterable[str]) -> None:
+        for name in tables:
+            if name in self.dbs:
+                continue
+            try:
+                if self.readonly:
+                    try:
+                        self.dbs[name] = self.env.open_db(name.encode(), create=False)
+                    except lmdb.NotFoundError:
+                        self.dbs[name] = None  # absent in a read-only log: reads see it empty
+                else:
+                    self.dbs[name] = self.env.open_db(name.encode(), create=True)
+            except lmdb.Error as e:
+                raise _translate(e, f"opening table {name!r} in {self.path!r}") from e
+
+    def after_fork(self, tables: Iterable[str]) -> None:
+        """Called in a forked child: abandon (never close) the inherited env and open anew."""
+        _ABANDONED.append(self.env)
+        self.write_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._active = 0
+        self._resizing = False
+        self.pid = os.getpid()
+        self.env = self._open(self.map_size)
+        self.dbs = {}
+        self.open_tables(tables)
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    def grow(self) -> bool:
+        """Double the map (bounded); ``False`` when already at the bound."""
+        with self._cond:
+            if self.map_size >= self.map_size_max:
+                return False
+            self._resizing = True
+            try:
+                while self._active > 0:
+                    self._cond.wait()
+                self.map_size = min(self.map_size * 2, self.map_size_max)
+                self.env.set_mapsize(self.map_size)
+            finally:
+                self._resizing = False
+                self._cond.notify_all()
+        return True
+
+    def adopt_resize(self) -> None:
+        """Another process grew the map: adopt its size (``set_mapsize(0)``)."""
+        with self._cond:
+            self._resizing = True
+            try:
+                while self._active > 0:
+                    self._cond.wait()
+                self.env.set_mapsize(0)
+                self.map_size = self.env.info()["map_size"]
+            finally:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+_REGISTRY: dict[str, _Env] = {}
+_REGISTRY_LOCK = threading.Lock()
+_ABANDONED: list[Any] = []  # inherited envs a forked child must never close
+
+
+class _LmdbRead(ReadTxn):
+    def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
+        self._txn = txn
+        self._dbs = dbs
+
+    def _db(self, table: str) -> Any:
+        try:
+            return self._dbs[table]
+        except KeyError:
+            raise CheckpointError(
+                f"table {table!r} was not declared when this backend was opened; "
+                f"declared: {sorted(self._dbs)}"
+            ) from None
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        db = self._db(table)
+        if db is None:
+            return None
+        value: bytes | None = self._txn.get(key, db=db)
+        return value
+
+    def scan(
+        self,
+        table: str,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        db = self._db(table)
+        if db is None:
+            return iter(())
+        it = self._scan(db, start, stop, reverse)
+        return islice(it, limit) if limit is not None else it
+
+    def _scan(
+        self, db: Any, start: bytes | None, stop: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        cur = self._txn.cursor(db=db)
+        if not reverse:
+            positioned = cur.set_range(start) if start is not None else cur.first()
+            if not positioned:
+                return
+            for k, v in cur.iternext(keys=True, values=True):
+                if stop is not None and k >= stop:
+                    return
+                yield k, v
+        else:
+            if stop is not None:
+                positioned = cur.prev() if cur.set_range(stop) else cur.last()
+            else:
+                positioned = cur.last()
+            if not positioned:
+                return
+            for k, v in cur.iterprev(keys=True, values=True):
+                if start is not None and k < start:
+                    return
+                yield k, v
+
+    def last_key(self, table: str) -> bytes | None:
+        db = self._db(table)
+        if db is None:
+            return None
+        cur = self._txn.cursor(db=db)
+        if not cur.last():
+            return None
+        key: bytes = cur.key()
+        return key
+
+    def count(self, table: str) -> int:
+        db = self._db(table)
+        if db is None:
+            return 0
+        n: int = self._txn.stat(db)["entries"]
+        return n
+
+
+class _LmdbWrite(_LmdbRead, WriteTxn):
+    def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
+        super().__init__(txn, dbs)
+        self._max_key = max_key
+
+    def _check_key(self, key: bytes) -> None:
+        if not isinstance(key, bytes) or not key:
+            raise CheckpointError(f"backend keys must be non-empty bytes, got {key!r}")
+        if len(key) > self._max_key:
+            raise CheckpointError(
+                f"key of {len(key)} bytes exceeds the LMDB limit of {self._max_key} bytes"
+            )
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        self._check_key(key)
+        self._txn.put(key, value, db=self._db(table))
+
+    def delete(self, table: str, key: bytes) -> bool:
+        deleted: bool = self._txn.delete(key, db=self._db(table))
+        return deleted
+
+    def append(self, table: str, key: bytes, value: bytes) -> None:
+        self._check_key(key)
+        last = self.last_key(table)
+        if last is not None and key <= last:
+            raise CheckpointError(
+                f"append to table {table!r} needs a key greater than the last one "
+                f"({last.hex()}), got {key.hex()}"
+            )
+        self._txn.put(key, value, db=self._db(table), append=True)
+
+
+class LmdbBackend(Backend):
+    """Named tables in one LMDB environment (a directory holding ``data.mdb``)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        tables: Iterable[str],
+        durability: Durability | str = "fsync",
+        readonly: bool = False,
+        map_size_initial: int = MAP_SIZE_INITIAL,
+        map_size_max: int = MAP_SIZE_MAX,
+        marker_table: str | None = None,
+    ) -> None:
+        self.durability = check_durability(durability)
+        self.readonly = readonly
+        self._tables = tuple(tables)
+        p = Path(path)
+        if readonly and not (p / DATA_FILE).exists():
+            raise NotALog(
+                f"no ckptlog log at {str(p)!r}: expected a directory holding {DATA_FILE}; "
+                "check the path, or open it writable to create a new log"
+            )
+        if p.exists() and not p.is_dir():
+            raise NotALog(
+                f"{str(p)!r} is a file, but a ckptlog log is a directory holding {DATA_FILE}; "
+                "pass the directory (a new path creates a new log)"
+            )
+        if not readonly:
+            if p.is_dir() and not (p / DATA_FILE).exists() and any(p.iterdir()):
+                raise NotALog(
+                    f"{str(p)!r} is a non-empty directory without {DATA_FILE}, so not a ckptlog "
+                    "log; pass a new path or an existing log"
+                )
+            p.mkdir(parents=True, exist_ok=True)
+        self._path = os.path.realpath(p)
+        with _REGISTRY_LOCK:
+            env = _REGISTRY.get(self._path)
+            if env is not None and env.pid != os.getpid():
+                env.after_fork(())
+            if env is None or env.refs == 0:
+                env = _Env(
+                    self._path,
+                    self.durability,
+                    readonly,
+                    max(map_size_initial, 1 << 20),
+                    map_size_max,
+                )
+                env.check_marker(marker_table)
+                _REGISTRY[self._path] = env
+            elif env.durability != self.durability or env.readonly != readonly:
+                raise CheckpointError(
+                    f"{self._path!r} is already open in this process with "
+                    f"durability={env.durability!r}, readonly={env.readonly}; one process "
+                    "opens a path with one setting: share that log object instead"
+                )
+            env.open_tables(self._tables)
+            env.refs += 1
+        self._env: _Env | None = env
+
+    @property
+    def location(self) -> str:
+        return self._path
+
+    @property
+    def max_key_bytes(self) -> int:
+        size: int = self._handle().env.max_key_size()
+        return size
+
+    def _handle(self) -> _Env:
+        env = self._env
+        if env is None:
+            raise LogClosed(f"the LMDB backend at {self._path!r} is closed; open it again")
+        if env.pid != os.getpid():
+            with _REGISTRY_LOCK:
+                if env.pid != os.getpid():
+                    env.after_fork(self._tables)
+        return env
+
+    def _begin(self, env: _Env, *, write: bool) -> Any:
+        """Begin a transaction (caller holds ``env.active()``); ``None`` if the map was resized."""
+        try:
+            return env.env.begin(write=write)
+        except lmdb.MapResizedError:
+            return None
+        except lmdb.Error as e:
+            raise _translate(e, f"{'writing' if write else 'reading'} {self._path!r}") from e
+
+    @contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        env = self._handle()
+        for _ in range(3):
+            with env.active():
+                txn = self._begin(env, write=False)
+                if txn is not None:
+                    with txn:
+                        yield _LmdbRead(txn, env.dbs)
+                    return
+            env.adopt_resize()
+        raise StorageError(f"{self._path!r}: the map kept being resized by another process")
+
+    @contextmanager
+    def write(self) -> Iterator[WriteTxn]:
+        if self.readonly:
+            raise ReadOnlyLog(f"{self._path!r} was opened read-only; open it writable to change it")
+        env = self._handle()
+        with env.write_lock:
+            with env.active():
+                txn = self._begin(env, write=True)
+                if txn is not None:
+                    try:
+                        yield _LmdbWrite(txn, env.dbs, env.env.max_key_size())
+                        txn.commit()
+                        return
+                    except lmdb.MapFullError as e:
+                        txn.abort()
+                        full: lmdb.Error = e
+                    except lmdb.Error as e:
+                        txn.abort()
+                        raise _translate(e, f"writing {self._path!r}") from e
+                    except BaseException:
+                        txn.abort()
+                        raise
+            if txn is None:
+                env.adopt_resize()
+                raise RetryableWrite(f"{self._path!r}: another process grew the map; retry")
+            # Aborted for lack of space: grow outside any transaction, then let the caller retry.
+            if env.grow():
+                raise RetryableWrite(
+                    f"{self._path!r}: the map grew to {env.map_size} bytes; retry"
+                ) from full
+            raise StorageFull(
+                f"{self._path!r}: the log reached map_size_max={env.map_size_max} bytes; "
+                "open it with a larger map_size_max, or compact it"
+            ) from full
+
+    def sync(self) -> None:
+        env = self._handle()
+        if self.readonly:
+            return
+        try:
+            env.env.sync(True)
+        except lmdb.Error as e:
+            raise _translate(e, f"syncing {self._path!r}") from e
+
+    def close(self) -> None:
+        env, self._env = self._env, None
+        if env is None:
+            return
+        with _REGISTRY_LOCK:
+            env.refs -= 1
+            if env.refs == 0 and env.pid == os.getpid():
+                if not env.readonly and env.durability == "process":
+                    env.env.sync(True)
+                env.env.close()
+                if _REGISTRY.get(self._path) is env:
+                    del _REGISTRY[self._path]
+
+    def size_bytes(self) -> int:
+        try:
+            return os.stat(os.path.join(self._path, DATA_FILE)).st_size
+        except FileNotFoundError:
+            return 0
+
+    @property
+    def map_size(self) -> int:
+        return self._handle().map_size

@@ -1,0 +1,1 @@
+"""ckptlog: an event-sourced, append-only checkpoint log."""

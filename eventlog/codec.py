@@ -1,0 +1,186 @@
+"""Bytes on disk: serializer (msgspec) -> compressor (zstd) -> envelope (checksum + chain).
+
+Each stage has an exact inverse and a round-trip property test.
+
+Envelope layout (format version 1), all integers big-endian::
+
+    offset size field
+         0    1 format version (1)
+         1    1 flags: bit 0 = payload zstd-compressed, bit 1 = compressed with a dictionary
+         2    2 dictionary id (0 = none)
+         4    8 stream id (interned stream key, see eventlog.log)
+        12    8 stream seq (1, 2, 3, ... per stream, no gaps)
+        20   16 prev: checksum of the previous frame in the same stream (zeros for seq 1)
+        36   16 checksum: blake2b-128 over bytes 0..36 (header and prev) and the stored payload
+        52    - stored payload (msgspec msgpack, zstd-compressed when flagged)
+
+Invariants:
+- ``checksum`` covers the header, the chain link and the payload, so any changed byte, a
+  removed frame (its successor's ``prev`` no longer matches) or a reordered frame is detected.
+- With a ``chain_key`` the checksum is a keyed blake2b (a MAC): rewriting the log and
+  recomputing the chain then needs the key too (tamper evidence, not just corruption evidence).
+- Decoding never trusts a header it has not checked: :func:`open_envelope` verifies length,
+  version and checksum before anything else reads the payload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Any, Final, Generic, TypeVar
+
+import msgspec
+import zstandard
+
+from eventlog.errors import CorruptFrame, EncodingError, UnsupportedFormat
+
+FORMAT_VERSION: Final = 1
+HEADER: Final = struct.Struct(">BBHQQ16s")  # version, flags, dict id, stream id, seq, prev
+CHECKSUM_BYTES: Final = 16
+HEADER_BYTES: Final = HEADER.size + CHECKSUM_BYTES  # 52
+ZERO_CHECKSUM: Final = bytes(CHECKSUM_BYTES)
+
+FLAG_COMPRESSED: Final = 0x01
+FLAG_DICTIONARY: Final = 0x02
+KNOWN_FLAGS: Final = FLAG_COMPRESSED | FLAG_DICTIONARY
+
+COMPRESS_THRESHOLD_BYTES: Final = 512  # below this zstd gains little without a dictionary
+COMPRESS_LEVEL: Final = 3
+
+T = TypeVar("T")
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    """A frame as stored: header fields plus the (possibly compressed) payload bytes."""
+
+    version: int
+    flags: int
+    dict_id: int
+    stream_id: int
+    seq: int
+    prev: bytes
+    checksum: bytes
+    payload: bytes
+
+    @property
+    def compressed(self) -> bool:
+        return bool(self.flags & FLAG_COMPRESSED)
+
+
+def _digest(head: bytes, payload: bytes, key: bytes) -> bytes:
+    h = hashlib.blake2b(head, digest_size=CHECKSUM_BYTES, key=key)
+    h.update(payload)
+    return h.digest()
+
+
+def seal(
+    stream_id: int,
+    seq: int,
+    prev: bytes,
+    payload: bytes,
+    *,
+    flags: int = 0,
+    dict_id: int = 0,
+    chain_key: bytes = b"",
+) -> tuple[bytes, bytes]:
+    """Frame ``payload``; returns ``(envelope bytes, checksum)``."""
+    if seq < 1:
+        raise ValueError(f"stream seq starts at 1, got {seq}")
+    if len(prev) != CHECKSUM_BYTES:
+        raise ValueError(f"prev must be {CHECKSUM_BYTES} bytes, got {len(prev)}")
+    head = HEADER.pack(FORMAT_VERSION, flags, dict_id, stream_id, seq, prev)
+    checksum = _digest(head, payload, chain_key)
+    return b"".join((head, checksum, payload)), checksum
+
+
+def read_header(data: bytes) -> tuple[int, int, int, int, int, bytes, bytes]:
+    """The header fields without checking the checksum (for locating a damaged frame)."""
+    if len(data) < HEADER_BYTES:
+        raise CorruptFrame(
+            f"envelope is {len(data)} bytes, shorter than the {HEADER_BYTES}-byte header"
+        )
+    version, flags, dict_id, stream_id, seq, prev = HEADER.unpack_from(data)
+    checksum = data[HEADER.size : HEADER_BYTES]
+    return version, flags, dict_id, stream_id, seq, prev, checksum
+
+
+def open_envelope(data: bytes, *, chain_key: bytes = b"") -> Envelope:
+    """Parse and check an envelope: length, version, flags and checksum."""
+    version, flags, dict_id, stream_id, seq, prev, checksum = read_header(data)
+    if version != FORMAT_VERSION:
+        if version > FORMAT_VERSION:
+            raise UnsupportedFormat(
+                f"frame format version {version} is newer than this ckptlog reads "
+                f"({FORMAT_VERSION}); upgrade ckptlog to read this log"
+            )
+        raise CorruptFrame(f"frame format version {version} is not a known version")
+    if flags & ~KNOWN_FLAGS:
+        raise CorruptFrame(f"frame flags {flags:#04x} include unknown bits", seq=seq)
+    payload = data[HEADER_BYTES:]
+    if _digest(data[: HEADER.size], payload, chain_key) != checksum:
+        raise CorruptFrame(
+            f"frame checksum mismatch at stream id {stream_id} seq {seq}: the stored bytes "
+            "changed after they were written; run verify() to list every damaged frame",
+            seq=seq,
+        )
+    return Envelope(version, flags, dict_id, stream_id, seq, prev, checksum, payload)
+
+
+class Compressor:
+    """zstd above a size threshold; contexts are per thread-use, created once per instance.
+
+    Not thread-safe: each EventLog's writer thread owns one for compression; decompression on
+    read paths uses :meth:`decompress`, which builds no state beyond a reusable context guarded
+    by the caller's thread (readers create their own Compressor).
+    """
+
+    def __init__(
+        self, *, threshold_bytes: int = COMPRESS_THRESHOLD_BYTES, level: int = COMPRESS_LEVEL
+    ) -> None:
+        self.threshold_bytes = threshold_bytes
+        self.level = level
+        self._c = zstandard.ZstdCompressor(level=level)
+        self._d = zstandard.ZstdDecompressor()
+
+    def compress(self, raw: bytes) -> tuple[bytes, int]:
+        """``(stored bytes, flags)``: compressed only when above the threshold and smaller."""
+        if len(raw) < self.threshold_bytes:
+            return raw, 0
+        packed: bytes = self._c.compress(raw)
+        if len(packed) >= len(raw):
+            return raw, 0
+        return packed, FLAG_COMPRESSED
+
+    def decompress(self, stored: bytes, flags: int, *, max_bytes: int) -> bytes:
+        if not flags & FLAG_COMPRESSED:
+            return stored
+        if flags & FLAG_DICTIONARY:
+            raise UnsupportedFormat("dictionary-compressed frames are not written by this version")
+        try:
+            raw: bytes = self._d.decompress(stored, max_output_size=max_bytes)
+        except zstandard.ZstdError as e:
+            raise CorruptFrame(f"zstd could not decompress the payload: {e}") from e
+        return raw
+
+
+class Serializer(Generic[T]):
+    """One msgspec msgpack ``Encoder`` and one typed ``Decoder``, built once."""
+
+    def __init__(self, type_: Any) -> None:
+        self._enc = msgspec.msgpack.Encoder()
+        self._dec: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
+
+    def encode(self, value: T) -> bytes:
+        try:
+            return self._enc.encode(value)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise EncodingError(
+                f"cannot encode {type(value).__name__}: {e}; values must be builtins "
+                "(dict, list, str, int, float, bool, None), dataclasses or msgspec Structs"
+            ) from e
+
+    def decode(self, raw: bytes) -> T:
+        try:
+            return self._dec.decode(raw)
+        except msgspec.DecodeError as e:
+            raise CorruptFrame(f"payload does not decode as a frame: {e}") from e

@@ -1,0 +1,69 @@
+"""The one exception hierarchy of ckptlog.
+
+Invariants:
+- Every error ckptlog raises on purpose derives from :class:`CheckpointError`.
+- Messages say what was expected, what was found, where, and what to do.
+- Raising any of these never leaves the log half-written: the check happens before the write
+  transaction, or the transaction is aborted.
+- Storage failures are also ``OSError`` (:class:`StorageError`), so callers that classify
+  failures by ``OSError`` (dependency failures) see them as such.
+"""
+
+from __future__ import annotations
+
+
+class CheckpointError(Exception):
+    """Base of every error ckptlog raises on purpose."""
+
+
+class InvalidStreamKey(CheckpointError, ValueError):
+    """A stream key (invocation id, thread id, ...) is empty, not a string, or too long."""
+
+
+class FrameTooLarge(CheckpointError, ValueError):
+    """An encoded frame is larger than the log's ``frame_bytes_max``."""
+
+
+class EncodingError(CheckpointError, TypeError):
+    """A value cannot be encoded structurally; ``path`` names where (``state.items[3]``)."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class InvalidRecord(CheckpointError, ValueError):
+    """A record handed to a save is inconsistent with the call (e.g. mismatched ids)."""
+
+
+class LogClosed(CheckpointError, RuntimeError):
+    """The log (or checkpointer) was used after ``close()``."""
+
+
+class NotALog(CheckpointError):
+    """The path exists but does not hold a ckptlog log."""
+
+
+class UnsupportedFormat(CheckpointError):
+    """The log was written by a newer (or unknown) format version."""
+
+
+class CorruptFrame(CheckpointError):
+    """A stored frame failed its checksum, chain or header check on read."""
+
+    def __init__(self, message: str, *, stream: str | None = None, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.seq = seq
+
+
+class StorageError(CheckpointError, OSError):
+    """The storage backend failed (disk full, map limit reached, I/O error)."""
+
+
+class StorageFull(StorageError):
+    """The backend's size bound was reached; raise ``map_size_max`` or compact the log."""
+
+
+class ReadOnlyLog(CheckpointError, PermissionError):
+    """A write was attempted on a log opened read-only."""

@@ -1,0 +1,1 @@
+"""Pure folds of frames into records, summaries and history."""
