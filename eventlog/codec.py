@@ -163,20 +163,83 @@ class Compressor:
         return raw
 
 
+def enc_hook(obj: Any) -> Any:
+    """Structural encoding of types msgspec does not know: Pydantic models, sets."""
+    dump = getattr(obj, "model_dump", None)
+    if dump is not None and callable(dump):
+        return dump(mode="json")
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=repr)
+    raise NotImplementedError(f"objects of type {type(obj).__name__} are not supported")
+
+
+def _key_path(path: str, key: Any) -> str:
+    if isinstance(key, str) and key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{key!r}]"
+
+
+def _find_unencodable(value: Any, path: str, enc: msgspec.msgpack.Encoder) -> tuple[str, str]:
+    """The path and type name of the first part of ``value`` that does not encode."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            try:
+                enc.encode(v)
+            except (TypeError, ValueError, OverflowError, NotImplementedError):
+                return _find_unencodable(v, _key_path(path, k), enc)
+        return path, type(value).__name__
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            try:
+                enc.encode(v)
+            except (TypeError, ValueError, OverflowError, NotImplementedError):
+                return _find_unencodable(v, f"{path}[{i}]", enc)
+        return path, type(value).__name__
+    fields = getattr(value, "__struct_fields__", None) or getattr(
+        value, "__dataclass_fields__", None
+    )
+    if fields and not isinstance(value, type):
+        for name in fields:
+            try:
+                enc.encode(getattr(value, name))
+            except (TypeError, ValueError, OverflowError, NotImplementedError):
+                return _find_unencodable(getattr(value, name), f"{path}.{name}", enc)
+    return path, type(value).__name__
+
+
+_value_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+
+
+def encode_value(value: Any, path: str = "state") -> bytes:
+    """msgpack bytes of a state value; :class:`EncodingError` naming the path when impossible."""
+    try:
+        return _value_encoder.encode(value)
+    except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
+        where, type_name = _find_unencodable(value, path, _value_encoder)
+        raise EncodingError(
+            f"cannot encode {where} (a {type_name}): {e}; states must be builtins "
+            "(dict, list, str, int, float, bool, None), dataclasses, msgspec Structs or "
+            "Pydantic models: convert it, or store a reference to it instead",
+            path=where,
+        ) from e
+
+
 class Serializer(Generic[T]):
     """One msgspec msgpack ``Encoder`` and one typed ``Decoder``, built once."""
 
     def __init__(self, type_: Any) -> None:
-        self._enc = msgspec.msgpack.Encoder()
+        self._enc = msgspec.msgpack.Encoder(enc_hook=enc_hook)
         self._dec: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
 
     def encode(self, value: T) -> bytes:
         try:
             return self._enc.encode(value)
-        except (TypeError, ValueError, OverflowError) as e:
+        except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
+            where, type_name = _find_unencodable(value, "frame", self._enc)
             raise EncodingError(
-                f"cannot encode {type(value).__name__}: {e}; values must be builtins "
-                "(dict, list, str, int, float, bool, None), dataclasses or msgspec Structs"
+                f"cannot encode {where} (a {type_name}): {e}; values must be builtins "
+                "(dict, list, str, int, float, bool, None), dataclasses or msgspec Structs",
+                path=where,
             ) from e
 
     def decode(self, raw: bytes) -> T:

@@ -33,8 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -149,6 +148,29 @@ class Stats(msgspec.Struct, frozen=True):
     durability: str
 
 
+class Deferred(Protocol):
+    """A frame built inside the write transaction, in commit order (see eventlog.checkpoints).
+
+    ``build`` returns the frame to append (or ``None`` to append nothing) and ``appended`` runs
+    right after it is appended, in the same transaction. Both may run more than once (the
+    transaction is retried after the map grows, or re-run alone after another frame failed).
+    """
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any: ...
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None: ...
+
+
+class TxnHooks(Protocol):
+    """Told when the writer begins, commits or aborts a transaction holding deferred frames."""
+
+    def begin(self) -> None: ...
+
+    def committed(self) -> None: ...
+
+    def aborted(self) -> None: ...
+
+
 Effect = Callable[[WriteTxn, "Appended", Any], None]
 """Runs inside the write transaction right after its frame is appended (materialized views).
 
@@ -202,8 +224,10 @@ class EventLog:
         compress_threshold_bytes: int | None = None,
         flush_interval: float | None = None,
         chain_key: bytes = b"",
+        txn_hooks: TxnHooks | None = None,
     ) -> None:
         self.backend = backend
+        self.txn_hooks = txn_hooks
         self.frame_bytes_max = frame_bytes_max
         self.batch_frames_max = batch_frames_max
         self.flush_interval = flush_interval
@@ -494,6 +518,8 @@ class EventLog:
 
     def _prepare(self, item: _Item) -> bool:
         """Encode and compress outside the transaction; ``False`` when the item failed."""
+        if isinstance(item.frame, _DEFERRED_TYPES):
+            return True  # built and encoded inside the transaction
         try:
             raw = self._serializer.encode(item.frame)
             item.payload, item.flags = self._compressor.compress(raw)
@@ -511,14 +537,45 @@ class EventLog:
             return False
         return True
 
+    def _encode_in_txn(self, item: _Item, frame: Any) -> None:
+        """Encode a deferred frame inside the transaction; raising aborts it (then isolated)."""
+        raw = self._serializer.encode(frame)
+        item.payload, item.flags = self._compressor.compress(raw)
+        stored = len(item.payload) + HEADER_BYTES
+        if stored > self.frame_bytes_max:
+            raise FrameTooLarge(
+                f"frame for stream {item.stream!r} is {stored} bytes stored "
+                f"({len(raw)} encoded), above frame_bytes_max={self.frame_bytes_max}; "
+                "save smaller states (keep large blobs outside the log, store a reference) "
+                "or open the log with a larger frame_bytes_max"
+            )
+
+    def _run_write(self, items: list[_Item]) -> dict[str, int]:
+        hooks = self.txn_hooks
+
+        def body(txn: WriteTxn) -> dict[str, int]:
+            if hooks is not None:
+                hooks.begin()
+            return self._write(txn, items)
+
+        try:
+            new_ids = self.backend.run_write(body)
+        except BaseException:
+            if hooks is not None:
+                hooks.aborted()
+            raise
+        if hooks is not None:
+            hooks.committed()
+        self._commits += 1
+        self._ids.update(new_ids)
+        self._names.update({v: k for k, v in new_ids.items()})
+        return new_ids
+
     def _commit(self, batch: list[_Item]) -> None:
         frames = [it for it in batch if it.frame is not None and self._prepare(it)]
         if frames:
             try:
-                new_ids = self.backend.run_write(lambda txn: self._write(txn, frames))
-                self._commits += 1
-                self._ids.update(new_ids)
-                self._names.update({v: k for k, v in new_ids.items()})
+                self._run_write(frames)
             except CheckpointError:
                 # One frame (or its effect) failed the whole transaction: isolate it by
                 # committing the frames one at a time, so each caller gets its own outcome.
@@ -526,10 +583,7 @@ class EventLog:
                     it.result = None
                 for it in frames:
                     try:
-                        one = self.backend.run_write(partial(self._write, items=[it]))
-                        self._commits += 1
-                        self._ids.update(one)
-                        self._names.update({v: k for k, v in one.items()})
+                        self._run_write([it])
                     except BaseException as e:  # noqa: BLE001 - delivered to the caller
                         it.result = e
             except BaseException as e:  # noqa: BLE001 - storage failure: every caller hears
@@ -568,6 +622,12 @@ class EventLog:
             if tail is None:
                 tail = _read_tail(txn, sid)
             seq = tail[0] + 1
+            deferred = it.frame if isinstance(it.frame, _DEFERRED_TYPES) else None
+            if deferred is not None:
+                frame = deferred.build(txn, it.stream, sid, seq)
+                if frame is None:
+                    continue  # nothing to append (e.g. deleting an unknown invocation)
+                self._encode_in_txn(it, frame)
             if it.expect_seq is not None and it.expect_seq != seq:
                 it.result = SequenceConflict(
                     f"stream {it.stream!r} is at seq {tail[0]}, so this append would get seq "
@@ -583,6 +643,8 @@ class EventLog:
             txn.put(STREAMS, U64X2.pack(sid, seq), _u64(gseq))
             tails[sid] = (seq, checksum)
             done = Appended(it.stream, seq, gseq, checksum, len(envelope))
+            if deferred is not None:
+                deferred.appended(txn, done)
             if it.effect is not None:
                 it.effect(txn, done, it.frame)
             it.result = done
@@ -757,6 +819,19 @@ class EventLog:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.close)
+
+
+class DeferredFrame:
+    """Base class for :class:`Deferred` frames (the writer recognizes them by type)."""
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
+        raise NotImplementedError
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        raise NotImplementedError
+
+
+_DEFERRED_TYPES = (DeferredFrame,)
 
 
 def _resolve_aio(items: list[_Item]) -> None:

@@ -1,0 +1,458 @@
+"""CheckpointLog (sync, thread-safe) and Checkpointer (async): checkpoint records on the log.
+
+One stream per invocation. A save becomes a delta frame (or, when the deltas since the last
+snapshot outweigh a snapshot, a full snapshot frame), built by the writer thread inside the
+write transaction, in call order, against the stream's current head; the head's rows are
+updated in that same transaction (eventlog.materialized).
+
+Semantics (openarmature spec §10, 0.17):
+- ``save`` is durable on return and first commits the invocation's buffered fan-out saves.
+- With ``FanOutInternalSaveBatching(flush_every=N)``, fan-out internal saves are buffered and
+  everything buffered is flushed when N have accumulated (the count resets at each flush);
+  in-flight-failure saves are buffered without counting. Buffered saves are invisible to
+  ``load`` and lost if the process dies: the loss window is at most N fan-out internal saves
+  (plus in-flight-failure saves) per checkpointer, or ``flush_interval`` seconds if set.
+- ``delete`` drops the invocation's buffered saves and logs a tombstone; unknown ids: no-op.
+
+Invariants:
+- The head cache is touched only by the writer thread; a transaction that aborts drops the
+  cache entries it touched, so the next save rebuilds them from the committed rows.
+- Before the delta is built, the head's seq is checked against the stream's tail; a head that
+  is stale (another process appended) is reloaded from the rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any, ClassVar, Final
+
+from backends.base import Backend, Durability, WriteTxn
+from eventlog.codec import encode_value
+from eventlog.errors import InvalidRecord, InvalidStreamKey
+from eventlog.frames import CheckpointFrame, Save, Tombstone
+from eventlog.log import Appended, DeferredFrame, EventLog, Stats, VerifyReport, stream_key_bytes
+from eventlog.materialized import (
+    BY_CORRELATION,
+    HEADS,
+    TABLES,
+    HeadRow,
+    corr_prefix,
+    delete_rows,
+    last_snapshot_at_or_before,
+    read_head,
+    read_row,
+    summary,
+    write_save,
+    write_snapshot_mark,
+)
+from eventlog.records import (
+    CheckpointFilter,
+    CheckpointRecord,
+    CheckpointSummary,
+    FanOutInternalSaveBatching,
+    HistoryEntry,
+)
+from projections.records import Head, Incoming, apply_inplace, delta, snapshot, to_record
+
+SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames
+SNAPSHOT_RATIO: Final = 2  # snapshot once the deltas since the last one outweigh it this much
+HEAD_CACHE_MAX: Final = 4096  # invocations whose head the writer keeps in memory
+
+U64_LEN = 8
+
+
+class _Save(DeferredFrame):
+    __slots__ = ("inc", "owner", "plan")
+
+    def __init__(self, owner: CheckpointLog, inc: Incoming) -> None:
+        self.owner = owner
+        self.inc = inc
+        self.plan: tuple[HeadRow | None, Save, Head, bool] | None = None
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> CheckpointFrame:
+        before_head, before_row = self.owner._head(txn, stream, sid, seq)
+        frame, head = delta(before_head, self.inc, stream)
+        head.seq = seq
+        chain = before_row.chain_bytes if before_row is not None else 0
+        snap = before_row.snapshot_bytes if before_row is not None else 0
+        frames_since = seq - (before_row.snapshot_seq if before_row is not None else 0)
+        as_snapshot = (
+            before_row is None
+            or chain > SNAPSHOT_RATIO * snap
+            or frames_since >= SNAPSHOT_FRAMES_MAX
+        )
+        self.plan = (before_row, frame, head, as_snapshot)
+        return snapshot(head) if as_snapshot else frame
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        assert self.plan is not None
+        before_row, frame, head, as_snapshot = self.plan
+        sid = self.owner._sid_of(done)
+        if as_snapshot:
+            write_snapshot_mark(txn, sid, done.seq)
+            snap_seq, chain, snap = done.seq, 0, done.stored_bytes
+        else:
+            assert before_row is not None
+            snap_seq = before_row.snapshot_seq
+            chain = before_row.chain_bytes + done.stored_bytes
+            snap = before_row.snapshot_bytes
+        write_save(
+            txn,
+            sid,
+            before_row,
+            frame,
+            head,
+            snapshot_seq=snap_seq,
+            chain_bytes=chain,
+            snapshot_bytes=snap,
+        )
+        self.owner._cache_put(done.stream, head)
+
+
+class _Delete(DeferredFrame):
+    __slots__ = ("owner", "row", "saved_at")
+
+    def __init__(self, owner: CheckpointLog, saved_at: float) -> None:
+        self.owner = owner
+        self.saved_at = saved_at
+        self.row: HeadRow | None = None
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Tombstone | None:
+        self.row = read_row(txn, sid)
+        if self.row is None:
+            return None  # nothing saved (or already deleted): a no-op, nothing logged
+        return Tombstone(saved_at=self.saved_at)
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        assert self.row is not None
+        delete_rows(txn, self.owner._sid_of(done), self.row)
+        self.owner._cache_drop(done.stream)
+
+
+class _Hooks:
+    """Keeps the writer's head cache consistent with what actually committed."""
+
+    def __init__(self, owner: CheckpointLog) -> None:
+        self.owner = owner
+
+    def begin(self) -> None:
+        self.owner._touched.clear()
+
+    def committed(self) -> None:
+        self.owner._touched.clear()
+
+    def aborted(self) -> None:
+        for stream in self.owner._touched:
+            self.owner._cache.pop(stream, None)
+        self.owner._touched.clear()
+
+
+class CheckpointLog:
+    """Checkpoint records on an :class:`EventLog`. Thread-safe; every method is synchronous."""
+
+    supports_state_migration: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        batching: FanOutInternalSaveBatching | None = None,
+    ) -> None:
+        self.log = log
+        self.batching = batching
+        self._flush_every = batching.flush_every if batching is not None else 0
+        self._pending_lock = threading.Lock()
+        self._pending = 0
+        # Writer-thread state (see module invariants).
+        self._cache: collections.OrderedDict[str, Head] = collections.OrderedDict()
+        self._touched: set[str] = set()
+        self._sids: dict[str, int] = {}
+        log.txn_hooks = _Hooks(self)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability | str = "fsync",
+        batching: FanOutInternalSaveBatching | None = None,
+        readonly: bool = False,
+        **options: Any,
+    ) -> CheckpointLog:
+        """Open (or create) the checkpoint log in directory ``path``."""
+        log = EventLog.open(
+            path, durability=durability, readonly=readonly, extra_tables=TABLES, **options
+        )
+        return cls(log, batching=batching)
+
+    @classmethod
+    def on_backend(
+        cls, backend: Backend, *, batching: FanOutInternalSaveBatching | None = None, **options: Any
+    ) -> CheckpointLog:
+        """A checkpoint log on any backend (e.g. ``backends.memory.MemoryBackend()``)."""
+        return cls(EventLog(backend, **options), batching=batching)
+
+    # -- writer-thread helpers -----------------------------------------------------------------
+
+    def _sid_of(self, done: Appended) -> int:
+        return self._sids[done.stream]
+
+    def _head(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int
+    ) -> tuple[Head | None, HeadRow | None]:
+        self._sids[stream] = sid
+        self._touched.add(stream)
+        row = read_row(txn, sid)
+        if row is None:
+            self._cache.pop(stream, None)
+            return None, None
+        head = self._cache.get(stream)
+        if head is None or head.seq != row.seq or row.seq != seq - 1:
+            loaded = read_head(txn, sid)
+            assert loaded is not None
+            head = loaded[0]
+        self._cache.pop(stream, None)  # re-inserted (most recent) once appended
+        return head, row
+
+    def _cache_put(self, stream: str, head: Head) -> None:
+        self._cache[stream] = head
+        self._cache.move_to_end(stream)
+        while len(self._cache) > HEAD_CACHE_MAX:
+            self._cache.popitem(last=False)
+
+    def _cache_drop(self, stream: str) -> None:
+        self._cache.pop(stream, None)
+
+    # -- saving --------------------------------------------------------------------------------
+
+    def _incoming(self, invocation_id: str, record: Any, kind: str) -> Incoming:
+        if not isinstance(invocation_id, str) or not invocation_id:
+            raise InvalidStreamKey(f"invocation_id must be a non-empty str, got {invocation_id!r}")
+        stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
+        rec_id = getattr(record, "invocation_id", None)
+        if rec_id != invocation_id:
+            raise InvalidRecord(
+                f"record.invocation_id is {rec_id!r} but the save is for {invocation_id!r}; "
+                "pass the record under its own invocation id"
+            )
+        correlation = getattr(record, "correlation_id", None)
+        if not isinstance(correlation, str):
+            raise InvalidRecord(
+                f"record.correlation_id must be a str, got {type(correlation).__name__}"
+            )
+        return Incoming(
+            kind=kind,
+            record=record,
+            state=encode_value(record.state, "state"),
+            parent_states=encode_value(tuple(record.parent_states), "parent_states"),
+        )
+
+    def save(self, invocation_id: str, record: Any) -> None:
+        """Durably save ``record`` (ours or openarmature's); commits buffered saves first."""
+        inc = self._incoming(invocation_id, record, "save")
+        self.log.append(invocation_id, _Save(self, inc))
+
+    def save_fan_out_internal(self, invocation_id: str, record: Any) -> None:
+        """A fan-out instance internal save: buffered under batching, else like :meth:`save`."""
+        inc = self._incoming(invocation_id, record, "fan_out_internal")
+        if self._flush_every <= 0:
+            self.log.append(invocation_id, _Save(self, inc))
+            return
+        self.log.append(invocation_id, _Save(self, inc), durable=False)
+        if self._count_pending():
+            self.log.flush()
+
+    def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
+        """Buffered without counting toward ``flush_every`` under batching, else durable."""
+        inc = self._incoming(invocation_id, record, "fan_out_in_flight_failure")
+        self.log.append(invocation_id, _Save(self, inc), durable=self._flush_every <= 0)
+
+    def _count_pending(self) -> bool:
+        """Count one buffered save; ``True`` when the buffer is due for a flush."""
+        with self._pending_lock:
+            self._pending += 1
+            if self._pending >= self._flush_every:
+                self._pending = 0
+                return True
+            return False
+
+    def flush(self) -> None:
+        """Commit every buffered save now."""
+        with self._pending_lock:
+            self._pending = 0
+        self.log.flush()
+
+    def delete(self, invocation_id: str) -> None:
+        """Forget ``invocation_id`` (a tombstone is logged; its history stays for audit)."""
+        stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
+        self.log.discard_buffered(invocation_id)
+        import time  # noqa: PLC0415 - only deletes need the wall clock
+
+        self.log.append(invocation_id, _Delete(self, time.time()))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def load(self, invocation_id: str) -> CheckpointRecord | None:
+        """The latest committed record of ``invocation_id``, or ``None``."""
+        with self.log.backend.read() as txn:
+            sid = self.log._stream_id(txn, invocation_id)
+            if sid is None:
+                return None
+            loaded = read_head(txn, sid)
+        return None if loaded is None else to_record(loaded[0])
+
+    def list(self, filter: CheckpointFilter | None = None) -> list[CheckpointSummary]:
+        """Summaries of saved invocations (by correlation id through its index), oldest first."""
+        rows: list[HeadRow] = []
+        with self.log.backend.read() as txn:
+            corr = filter.correlation_id if filter is not None else None
+            if corr is None:
+                rows = [r for _, v in txn.scan(HEADS) if (r := _decode_row(v)) is not None]
+            else:
+                for key, _ in txn.scan_prefix(BY_CORRELATION, corr_prefix(corr)):
+                    sid = int.from_bytes(key[-U64_LEN:], "big")
+                    row = read_row(txn, sid)
+                    if row is not None:
+                        rows.append(row)
+        rows.sort(key=lambda r: (r.last_saved_at, r.invocation_id))
+        return [summary(r) for r in rows]
+
+    def history(self, invocation_id: str) -> Iterator[HistoryEntry]:
+        """Every save and delete of ``invocation_id``, oldest first, as full records."""
+        head: Head | None = None
+        for sf in self.log.read_stream(invocation_id):
+            frame = sf.frame
+            head = apply_inplace(head, frame, sf.seq, invocation_id)
+            if isinstance(frame, Tombstone):
+                yield HistoryEntry(sf.seq, frame.saved_at, "delete", None)
+            else:
+                assert head is not None
+                yield HistoryEntry(sf.seq, frame.saved_at, frame.kind, to_record(head))
+
+    def record_at(self, invocation_id: str, seq: int) -> CheckpointRecord | None:
+        """The record as of stream seq ``seq`` (``None`` if deleted or not yet saved then)."""
+        with self.log.backend.read() as txn:
+            sid = self.log._stream_id(txn, invocation_id)
+            if sid is None:
+                return None
+            start = last_snapshot_at_or_before(txn, sid, seq)
+        head: Head | None = None
+        for sf in self.log.read_stream(invocation_id, start, seq):
+            head = apply_inplace(head, sf.frame, sf.seq, invocation_id)
+        return None if head is None else to_record(head)
+
+    def verify(self) -> VerifyReport:
+        """The log's checks plus: every materialized head equals the fold of its frames."""
+        from eventlog.verify import verify_heads  # noqa: PLC0415 - verify imports this module
+
+        report = self.log.verify()
+        report.problems.extend(verify_heads(self))
+        return report
+
+    def stats(self) -> Stats:
+        return self.log.stats()
+
+    def close(self) -> None:
+        self.log.close()
+
+    def __enter__(self) -> CheckpointLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _decode_row(raw: bytes) -> HeadRow | None:
+    from eventlog.materialized import _dec_row  # noqa: PLC0415
+
+    return _dec_row.decode(raw)
+
+
+class Checkpointer:
+    """openarmature's ``Checkpointer`` protocol on a :class:`CheckpointLog`.
+
+    Saves are queued before the coroutine's first ``await`` (call order is commit order) and
+    awaited through a future the writer resolves: no thread-pool hop per save. Reads run in a
+    worker thread so the event loop never waits on the disk.
+    """
+
+    supports_state_migration: ClassVar[bool] = True
+
+    def __init__(self, log: CheckpointLog) -> None:
+        self.sync = log
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability | str = "fsync",
+        batching: FanOutInternalSaveBatching | None = None,
+        fan_out_internal_save_batching: FanOutInternalSaveBatching | None = None,
+        **options: Any,
+    ) -> Checkpointer:
+        return cls(
+            CheckpointLog.open(
+                path,
+                durability=durability,
+                batching=batching or fan_out_internal_save_batching,
+                **options,
+            )
+        )
+
+    @classmethod
+    def on_backend(cls, backend: Backend, **options: Any) -> Checkpointer:
+        return cls(CheckpointLog.on_backend(backend, **options))
+
+    async def save(self, invocation_id: str, record: Any) -> None:
+        cl = self.sync
+        inc = cl._incoming(invocation_id, record, "save")
+        await cl.log.append_async(invocation_id, _Save(cl, inc))
+
+    async def save_fan_out_internal(self, invocation_id: str, record: Any) -> None:
+        cl = self.sync
+        inc = cl._incoming(invocation_id, record, "fan_out_internal")
+        if cl._flush_every <= 0:
+            await cl.log.append_async(invocation_id, _Save(cl, inc))
+            return
+        await cl.log.append_async(invocation_id, _Save(cl, inc), durable=False)
+        if cl._count_pending():
+            await cl.log.flush_async()
+
+    async def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
+        cl = self.sync
+        inc = cl._incoming(invocation_id, record, "fan_out_in_flight_failure")
+        durable = cl._flush_every <= 0
+        await cl.log.append_async(invocation_id, _Save(cl, inc), durable=durable)
+
+    async def load(self, invocation_id: str) -> CheckpointRecord | None:
+        return await asyncio.to_thread(self.sync.load, invocation_id)
+
+    async def list(self, filter: CheckpointFilter | None = None) -> list[CheckpointSummary]:
+        return await asyncio.to_thread(self.sync.list, filter)
+
+    async def delete(self, invocation_id: str) -> None:
+        cl = self.sync
+        stream_key_bytes(invocation_id, cl.log.backend.max_key_bytes)
+        cl.log.discard_buffered(invocation_id)
+        import time  # noqa: PLC0415
+
+        await cl.log.append_async(invocation_id, _Delete(cl, time.time()))
+
+    async def flush(self) -> None:
+        with self.sync._pending_lock:
+            self.sync._pending = 0
+        await self.sync.log.flush_async()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> Checkpointer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,190 @@
+"""Materialized views of checkpoint streams, kept in the same transaction as their frames.
+
+Tables (``sid`` = the stream's u64 id, big-endian):
+- ``heads``: sid -> :class:`HeadRow` (small: no state, no positions, no instances);
+- ``bodies``: sid + b"s" -> state (msgpack), sid + b"p" -> parent states (msgpack);
+- ``positions``: sid + u32 index -> NodePosition;
+- ``fanout``: sid + u32 fid + u32 index -> FanOutInstanceProgress (absent = not started);
+- ``by_correlation``: u16 length + correlation id (UTF-8) + sid -> b"";
+- ``snapshots``: sid + u64 seq -> b"" for every snapshot frame (where ``record_at`` starts).
+
+Invariants:
+- After each commit, the rows of a stream equal the fold of its frames (checked by verify).
+- Saving one fan-out instance rewrites the head row and one instance row: O(1) bytes, whatever
+  the fan-out's size. State rows are rewritten only when the state changed.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+import msgspec
+
+from backends.base import ReadTxn, WriteTxn
+from eventlog.frames import FanOutHeader, Save
+from eventlog.records import NOT_STARTED, CheckpointSummary, FanOutInstanceProgress, NodePosition
+from projections.records import Head, Slot
+
+HEADS: Final = "heads"
+BODIES: Final = "bodies"
+POSITIONS: Final = "positions"
+FANOUT: Final = "fanout"
+BY_CORRELATION: Final = "by_correlation"
+SNAPSHOTS: Final = "snapshots"
+TABLES: Final = (HEADS, BODIES, POSITIONS, FANOUT, BY_CORRELATION, SNAPSHOTS)
+
+U64: Final = struct.Struct(">Q")
+U32: Final = struct.Struct(">I")
+U16: Final = struct.Struct(">H")
+
+
+class HeadRow(msgspec.Struct, frozen=True, array_like=True):
+    invocation_id: str
+    correlation_id: str
+    schema_version: str
+    last_saved_at: float
+    kind: str
+    seq: int
+    positions_count: int
+    layout: tuple[FanOutHeader, ...]
+    next_fid: int
+    snapshot_seq: int = 0
+    chain_bytes: int = 0  # bytes of frames appended since the last snapshot
+    snapshot_bytes: int = 0  # bytes of the last snapshot frame
+
+
+_enc = msgspec.msgpack.Encoder()
+_dec_row = msgspec.msgpack.Decoder(HeadRow)
+_dec_pos = msgspec.msgpack.Decoder(NodePosition)
+_dec_inst = msgspec.msgpack.Decoder(FanOutInstanceProgress)
+
+
+def corr_key(correlation_id: str, sid: int) -> bytes:
+    raw = correlation_id.encode("utf-8", "surrogatepass")
+    return U16.pack(len(raw)) + raw + U64.pack(sid)
+
+
+def corr_prefix(correlation_id: str) -> bytes:
+    raw = correlation_id.encode("utf-8", "surrogatepass")
+    return U16.pack(len(raw)) + raw
+
+
+def read_row(txn: ReadTxn, sid: int) -> HeadRow | None:
+    raw = txn.get(HEADS, U64.pack(sid))
+    return None if raw is None else _dec_row.decode(raw)
+
+
+def read_head(txn: ReadTxn, sid: int) -> tuple[Head, HeadRow] | None:
+    """The head of a stream from its rows: O(positions + started instances)."""
+    row = read_row(txn, sid)
+    if row is None:
+        return None
+    k = U64.pack(sid)
+    positions = [_dec_pos.decode(v) for _, v in txn.scan_prefix(POSITIONS, k)]
+    slots = []
+    for hd in row.layout:
+        instances = [NOT_STARTED] * hd.instance_count
+        for key, v in txn.scan_prefix(FANOUT, k + U32.pack(hd.fid)):
+            instances[U32.unpack_from(key, 12)[0]] = _dec_inst.decode(v)
+        slots.append(Slot(hd, instances))
+    head = Head(
+        invocation_id=row.invocation_id,
+        correlation_id=row.correlation_id,
+        schema_version=row.schema_version,
+        state=txn.get(BODIES, k + b"s") or b"\xc0",
+        parent_states=txn.get(BODIES, k + b"p") or b"\x90",
+        positions=positions,
+        last_saved_at=row.last_saved_at,
+        kind=row.kind,
+        slots=slots,
+        next_fid=row.next_fid,
+        seq=row.seq,
+    )
+    return head, row
+
+
+def summary(row: HeadRow) -> CheckpointSummary:
+    return CheckpointSummary(
+        row.invocation_id, row.correlation_id, row.last_saved_at, row.positions_count
+    )
+
+
+def write_save(
+    txn: WriteTxn,
+    sid: int,
+    before: HeadRow | None,
+    delta: Save,
+    head: Head,
+    *,
+    snapshot_seq: int,
+    chain_bytes: int,
+    snapshot_bytes: int,
+) -> HeadRow:
+    """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows."""
+    k = U64.pack(sid)
+    if delta.state is not None:
+        txn.put(BODIES, k + b"s", head.state)
+    if delta.parent_states is not None:
+        txn.put(BODIES, k + b"p", head.parent_states)
+    if delta.positions_from >= 0:
+        old_count = before.positions_count if before is not None else 0
+        for i in range(delta.positions_from, old_count):
+            txn.delete(POSITIONS, k + U32.pack(i))
+        for i, p in enumerate(delta.positions, delta.positions_from):
+            txn.put(POSITIONS, k + U32.pack(i), _enc.encode(p))
+    if delta.layout is not None and before is not None:
+        kept = {hd.fid for hd in delta.layout}
+        for hd in before.layout:
+            if hd.fid not in kept:
+                txn.delete_prefix(FANOUT, k + U32.pack(hd.fid))
+    for ch in delta.instances:
+        key = k + U32.pack(ch.fid) + U32.pack(ch.index)
+        if ch.progress == NOT_STARTED:
+            txn.delete(FANOUT, key)
+        else:
+            txn.put(FANOUT, key, _enc.encode(ch.progress))
+    if before is None or before.correlation_id != head.correlation_id:
+        if before is not None:
+            txn.delete(BY_CORRELATION, corr_key(before.correlation_id, sid))
+        txn.put(BY_CORRELATION, corr_key(head.correlation_id, sid), b"")
+    row = HeadRow(
+        invocation_id=head.invocation_id,
+        correlation_id=head.correlation_id,
+        schema_version=head.schema_version,
+        last_saved_at=head.last_saved_at,
+        kind=head.kind,
+        seq=head.seq,
+        positions_count=len(head.positions),
+        layout=tuple(s.header for s in head.slots),
+        next_fid=head.next_fid,
+        snapshot_seq=snapshot_seq,
+        chain_bytes=chain_bytes,
+        snapshot_bytes=snapshot_bytes,
+    )
+    txn.put(HEADS, k, _enc.encode(row))
+    return row
+
+
+def write_snapshot_mark(txn: WriteTxn, sid: int, seq: int) -> None:
+    txn.put(SNAPSHOTS, U64.pack(sid) + U64.pack(seq), b"")
+
+
+def last_snapshot_at_or_before(txn: ReadTxn, sid: int, seq: int) -> int:
+    """The seq of the newest snapshot ``<= seq`` (1 when none: fold from the start)."""
+    k = U64.pack(sid)
+    for key, _ in txn.scan(SNAPSHOTS, k, k + U64.pack(seq + 1), reverse=True, limit=1):
+        found: int = U64.unpack_from(key, 8)[0]
+        return found
+    return 1
+
+
+def delete_rows(txn: WriteTxn, sid: int, row: HeadRow) -> None:
+    """Remove every materialized row of a stream (its frames stay in the log)."""
+    k = U64.pack(sid)
+    txn.delete_prefix(POSITIONS, k)
+    txn.delete_prefix(FANOUT, k)
+    txn.delete(BODIES, k + b"s")
+    txn.delete(BODIES, k + b"p")
+    txn.delete(BY_CORRELATION, corr_key(row.correlation_id, sid))
+    txn.delete(HEADS, k)

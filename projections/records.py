@@ -1,0 +1,319 @@
+"""The checkpoint-record projection: frames -> head, and record -> delta frame.
+
+A projection is ``initial()`` (``None``: nothing saved) plus ``apply(head, frame)``. ``apply`` is
+pure: it returns a new :class:`Head` and never changes its argument. ``apply_inplace`` is the
+same fold updating the head it is given (history replay uses it to avoid copying fan-out lists
+at every frame); a property test checks the two agree.
+
+Invariants:
+- ``to_record(fold(frames))`` equals the record of the last save, for every prefix of frames.
+- ``fold(all) == fold(tail, start=snapshot)`` for every snapshot in the stream.
+- ``delta(head, record)`` applied to ``head`` gives a head whose record equals ``record``.
+- Fan-out instances only move not_started -> in_flight -> completed, and an in-flight one only
+  gains inner positions (openarmature's contract); change detection relies on this to compare
+  a few fields per instance instead of whole objects.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot, Tombstone
+from eventlog.records import (
+    NOT_STARTED,
+    CheckpointRecord,
+    FanOutInstanceProgress,
+    FanOutProgress,
+    NodePosition,
+    instance_from,
+    lineage_from,
+    position_from,
+)
+
+FanOutKey = tuple[str, tuple[str, ...], tuple[Any, ...], int]
+
+_decode_any = msgspec.msgpack.Decoder()
+
+
+@dataclass
+class Slot:
+    """One fan-out of the head: its header and all its instances (index = fan_out_index)."""
+
+    header: FanOutHeader
+    instances: list[FanOutInstanceProgress]
+    src: Any = None  # the caller's instances tuple last seen, for cheap change detection
+
+    @property
+    def key(self) -> FanOutKey:
+        h = self.header
+        return (h.fan_out_node_name, h.namespace, h.lineage, h.instance_count)
+
+
+@dataclass
+class Head:
+    """The fold of one invocation's frames: its latest record, in a delta-friendly form."""
+
+    invocation_id: str
+    correlation_id: str
+    schema_version: str
+    state: bytes  # msgpack
+    parent_states: bytes  # msgpack of a sequence
+    positions: list[NodePosition]
+    last_saved_at: float
+    kind: str
+    slots: list[Slot] = field(default_factory=list)
+    next_fid: int = 1
+    seq: int = 0
+    pos_src: Any = None  # the caller's positions tuple last seen
+
+    def copy(self) -> Head:
+        new = copy.copy(self)
+        new.positions = list(self.positions)
+        new.slots = [Slot(s.header, list(s.instances), s.src) for s in self.slots]
+        return new
+
+
+def initial() -> Head | None:
+    return None
+
+
+def apply(head: Head | None, frame: Any, seq: int, invocation_id: str) -> Head | None:
+    """Pure fold step: the head after ``frame`` (stream seq ``seq``)."""
+    return apply_inplace(head.copy() if head is not None else None, frame, seq, invocation_id)
+
+
+def apply_inplace(head: Head | None, frame: Any, seq: int, invocation_id: str) -> Head | None:
+    if isinstance(frame, Tombstone):
+        return None
+    if isinstance(frame, Snapshot):
+        h = Head(
+            invocation_id=frame.invocation_id,
+            correlation_id=frame.correlation_id,
+            schema_version=frame.schema_version,
+            state=bytes(frame.state),
+            parent_states=bytes(frame.parent_states),
+            positions=list(frame.positions),
+            last_saved_at=frame.saved_at,
+            kind=frame.kind,
+            slots=[Slot(hd, [NOT_STARTED] * hd.instance_count) for hd in frame.layout],
+            next_fid=frame.next_fid,
+            seq=seq,
+        )
+        _apply_instances(h, frame.instances)
+        return h
+    if not isinstance(frame, Save):
+        raise TypeError(f"not a checkpoint frame: {type(frame).__name__}")
+    if head is None:
+        head = Head(invocation_id, "", "", b"\xc0", b"\x90", [], 0.0, frame.kind)
+    if frame.correlation_id is not None:
+        head.correlation_id = frame.correlation_id
+    if frame.schema_version is not None:
+        head.schema_version = frame.schema_version
+    if frame.state is not None:
+        head.state = bytes(frame.state)
+    if frame.parent_states is not None:
+        head.parent_states = bytes(frame.parent_states)
+    if frame.positions_from >= 0:
+        del head.positions[frame.positions_from :]
+        head.positions.extend(frame.positions)
+        head.pos_src = None
+    if frame.layout is not None:
+        old = {s.header.fid: s for s in head.slots}
+        head.slots = [
+            old.get(hd.fid) or Slot(hd, [NOT_STARTED] * hd.instance_count) for hd in frame.layout
+        ]
+        head.next_fid = max([head.next_fid, *(hd.fid + 1 for hd in frame.layout)])
+    _apply_instances(head, frame.instances)
+    head.last_saved_at = frame.saved_at
+    head.kind = frame.kind
+    head.seq = seq
+    return head
+
+
+def _apply_instances(head: Head, changes: tuple[InstanceChange, ...]) -> None:
+    if not changes:
+        return
+    by_fid = {s.header.fid: s for s in head.slots}
+    for ch in changes:
+        slot = by_fid[ch.fid]
+        slot.instances[ch.index] = ch.progress
+        slot.src = None
+
+
+def to_record(head: Head) -> CheckpointRecord:
+    return CheckpointRecord(
+        invocation_id=head.invocation_id,
+        correlation_id=head.correlation_id,
+        state=_decode_any.decode(head.state),
+        completed_positions=tuple(head.positions),
+        parent_states=tuple(_decode_any.decode(head.parent_states)),
+        last_saved_at=head.last_saved_at,
+        schema_version=head.schema_version,
+        fan_out_progress=tuple(
+            FanOutProgress(
+                s.header.fan_out_node_name,
+                s.header.namespace,
+                s.header.instance_count,
+                tuple(s.instances),
+                s.header.lineage,
+            )
+            for s in head.slots
+        ),
+    )
+
+
+def snapshot(head: Head) -> Snapshot:
+    """The full-record frame equal to ``head``."""
+    return Snapshot(
+        kind=head.kind,
+        saved_at=head.last_saved_at,
+        invocation_id=head.invocation_id,
+        correlation_id=head.correlation_id,
+        schema_version=head.schema_version,
+        state=head.state,
+        parent_states=head.parent_states,
+        positions=tuple(head.positions),
+        layout=tuple(s.header for s in head.slots),
+        instances=tuple(
+            InstanceChange(s.header.fid, i, p)
+            for s in head.slots
+            for i, p in enumerate(s.instances)
+            if p.state != "not_started"
+        ),
+        next_fid=head.next_fid,
+    )
+
+
+# -- computing a delta from a caller's record -----------------------------------------------
+
+
+@dataclass
+class Incoming:
+    """A record to save, with its state and parent states already encoded by the caller."""
+
+    kind: str
+    record: Any  # ours or any object with openarmature's attribute names
+    state: bytes
+    parent_states: bytes
+
+
+def _same_instance(a: Any, b: Any) -> bool:
+    """Cheap equality for a new vs previous instance of the same index (see module invariants)."""
+    if a is b:
+        return True
+    if a.state != b.state or bool(a.result_is_error) != bool(b.result_is_error):
+        return False
+    if len(a.completed_inner_positions) != len(b.completed_inner_positions):
+        return False
+    return a.state != "completed" or a.result is b.result or a.result == b.result
+
+
+def _positions_delta(head: Head | None, new_src: Any) -> tuple[int, tuple[NodePosition, ...]]:
+    old_src = head.pos_src if head is not None else None
+    n_old = len(head.positions) if head is not None else 0
+    if old_src is not None and new_src is old_src:
+        return -1, ()
+    if old_src is not None and len(new_src) >= len(old_src) and new_src[: len(old_src)] == old_src:
+        if len(new_src) == len(old_src):
+            return -1, ()
+        return len(old_src), tuple(position_from(p) for p in new_src[len(old_src) :])
+    new = [position_from(p) for p in new_src]
+    common = 0
+    if head is not None:
+        limit = min(len(new), n_old)
+        while common < limit and new[common] == head.positions[common]:
+            common += 1
+    if common == n_old == len(new):
+        return -1, ()
+    return common, tuple(new[common:])
+
+
+def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, Head]:
+    """The delta frame from ``head`` to ``inc``, and the new head.
+
+    Updates ``head`` in place (no O(fan-out size) copies on the hot path): a caller that
+    discards the frame must also discard ``head``.
+    """
+    rec = inc.record
+    correlation = rec.correlation_id
+    schema = getattr(rec, "schema_version", "") or ""
+    pos_from, positions = _positions_delta(head, rec.completed_positions)
+    layout, changes, slots, next_fid = _fan_out_delta(head, getattr(rec, "fan_out_progress", ()))
+    frame = Save(
+        kind=inc.kind,
+        saved_at=float(rec.last_saved_at),
+        correlation_id=correlation if head is None or correlation != head.correlation_id else None,
+        schema_version=schema if head is None or schema != head.schema_version else None,
+        state=inc.state if head is None or inc.state != head.state else None,
+        parent_states=(
+            inc.parent_states
+            if head is None or inc.parent_states != head.parent_states
+            else None
+        ),
+        positions_from=pos_from,
+        positions=positions,
+        layout=layout,
+        instances=changes,
+    )
+    seq = (head.seq if head is not None else 0) + 1
+    if head is not None:
+        head.slots = []  # already updated in ``slots``; keeps apply_inplace from redoing it
+    after = apply_inplace(head, replace_instances(frame), seq, invocation_id)
+    assert after is not None
+    after.pos_src = rec.completed_positions
+    if slots is not None:
+        after.slots = slots
+    after.next_fid = max(after.next_fid, next_fid)
+    return frame, after
+
+
+def replace_instances(frame: Save) -> Save:
+    """``frame`` without its layout and instance changes (already applied by the delta)."""
+    return msgspec.structs.replace(frame, layout=None, instances=())
+
+
+def _fan_out_delta(
+    head: Head | None, progress: Any
+) -> tuple[tuple[FanOutHeader, ...] | None, tuple[InstanceChange, ...], list[Slot] | None, int]:
+    """``(layout or None, instance changes, updated slots, next fid)``; updates slots in place."""
+    old_slots = head.slots if head is not None else []
+    next_fid = head.next_fid if head is not None else 1
+    if not progress and not old_slots:
+        return None, (), None, next_fid
+    by_key = {s.key: s for s in old_slots}
+    changes: list[InstanceChange] = []
+    slots: list[Slot] = []
+    for fp in progress:
+        lineage = lineage_from(getattr(fp, "enclosing_fan_out_lineage", ()))
+        key = (fp.fan_out_node_name, tuple(fp.namespace), lineage, fp.instance_count)
+        slot = by_key.pop(key, None)
+        new_src = fp.instances
+        if slot is None:
+            header = FanOutHeader(next_fid, key[0], key[1], key[3], lineage)
+            next_fid += 1
+            slot = Slot(header, [NOT_STARTED] * header.instance_count)
+            old_src = None
+        elif new_src is slot.src:
+            slots.append(slot)
+            continue
+        else:
+            old_src = slot.src
+        instances = slot.instances
+        fid = slot.header.fid
+        for i, inst in enumerate(new_src):
+            prev = old_src[i] if old_src is not None else instances[i]
+            if not _same_instance(inst, prev):
+                conv = instance_from(inst)
+                if conv != instances[i]:
+                    instances[i] = conv
+                    changes.append(InstanceChange(fid, i, conv))
+        slot.src = new_src
+        slots.append(slot)
+    old_order = [s.header.fid for s in old_slots]
+    new_order = [s.header.fid for s in slots]
+    layout = tuple(s.header for s in slots) if old_order != new_order else None
+    return layout, tuple(changes), slots, next_fid
