@@ -22,7 +22,7 @@ from eventlog.records import (
 )
 
 if TYPE_CHECKING:
-    from eventlog.checkpoints import CheckpointLog, Checkpointer
+    from eventlog.checkpoints import Checkpointer, CheckpointLog
     from eventlog.log import EventLog
 
 __all__ = [

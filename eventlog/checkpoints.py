@@ -27,13 +27,14 @@ import asyncio
 import collections
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, ClassVar, Final
 
 from backends.base import Backend, Durability, WriteTxn
 from eventlog.codec import encode_value
 from eventlog.errors import InvalidRecord, InvalidStreamKey
-from eventlog.frames import CheckpointFrame, Save, Tombstone
+from eventlog.frames import CheckpointFrame, InstanceChange, Save, Tombstone
 from eventlog.log import Appended, DeferredFrame, EventLog, Stats, VerifyReport, stream_key_bytes
 from eventlog.materialized import (
     BY_CORRELATION,
@@ -53,8 +54,12 @@ from eventlog.records import (
     CheckpointFilter,
     CheckpointRecord,
     CheckpointSummary,
+    EnclosingFanOutInstance,
+    FanOutInstanceProgress,
     FanOutInternalSaveBatching,
     HistoryEntry,
+    instance_from,
+    lineage_from,
 )
 from projections.records import Head, Incoming, apply_inplace, delta, snapshot, to_record
 
@@ -65,17 +70,21 @@ HEAD_CACHE_MAX: Final = 4096  # invocations whose head the writer keeps in memor
 U64_LEN = 8
 
 
-class _Save(DeferredFrame):
-    __slots__ = ("inc", "owner", "plan")
+class _HeadFrame(DeferredFrame):
+    """A save: builds its frame against the stream head, then updates the head's rows."""
 
-    def __init__(self, owner: CheckpointLog, inc: Incoming) -> None:
+    __slots__ = ("owner", "plan")
+
+    def __init__(self, owner: CheckpointLog) -> None:
         self.owner = owner
-        self.inc = inc
         self.plan: tuple[HeadRow | None, Save, Head, bool] | None = None
+
+    def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
+        raise NotImplementedError
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> CheckpointFrame:
         before_head, before_row = self.owner._head(txn, stream, sid, seq)
-        frame, head = delta(before_head, self.inc, stream)
+        frame, head = self._delta(before_head, stream)
         head.seq = seq
         chain = before_row.chain_bytes if before_row is not None else 0
         snap = before_row.snapshot_bytes if before_row is not None else 0
@@ -111,6 +120,71 @@ class _Save(DeferredFrame):
             snapshot_bytes=snap,
         )
         self.owner._cache_put(done.stream, head)
+
+
+class _Save(_HeadFrame):
+    """A whole record (ours or openarmature's), stored as its delta against the head."""
+
+    __slots__ = ("inc",)
+
+    def __init__(self, owner: CheckpointLog, inc: Incoming) -> None:
+        super().__init__(owner)
+        self.inc = inc
+
+    def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
+        return delta(head, self.inc, stream)
+
+
+class _InstanceSave(_HeadFrame):
+    """One fan-out instance's progress, without rebuilding the record: O(1) in fan-out size."""
+
+    __slots__ = ("index", "key", "progress", "saved_at")
+
+    def __init__(
+        self,
+        owner: CheckpointLog,
+        key: tuple[str, tuple[str, ...], tuple[EnclosingFanOutInstance, ...]],
+        index: int,
+        progress: FanOutInstanceProgress,
+        saved_at: float,
+    ) -> None:
+        super().__init__(owner)
+        self.key = key
+        self.index = index
+        self.progress = progress
+        self.saved_at = saved_at
+
+    def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
+        name, namespace, lineage = self.key
+        if head is None:
+            raise InvalidRecord(
+                f"save_instance for {stream!r}: nothing is saved for this invocation; save a "
+                "record whose fan_out_progress holds the fan-out first"
+            )
+        for slot in head.slots:
+            h = slot.header
+            if (h.fan_out_node_name, h.namespace, h.lineage) == (name, namespace, lineage):
+                break
+        else:
+            raise InvalidRecord(
+                f"save_instance for {stream!r}: the head has no fan-out {name!r} in namespace "
+                f"{namespace!r}; save a record whose fan_out_progress holds it first"
+            )
+        if not 0 <= self.index < h.instance_count:
+            raise InvalidRecord(
+                f"save_instance for {stream!r}: index {self.index} is outside fan-out {name!r} "
+                f"of {h.instance_count} instances"
+            )
+        slot.instances[self.index] = self.progress
+        slot.src = None
+        head.last_saved_at = self.saved_at
+        head.kind = "fan_out_internal"
+        frame = Save(
+            kind="fan_out_internal",
+            saved_at=self.saved_at,
+            instances=(InstanceChange(h.fid, self.index, self.progress),),
+        )
+        return frame, head
 
 
 class _Delete(DeferredFrame):
@@ -266,6 +340,53 @@ class CheckpointLog:
         if self._count_pending():
             self.log.flush()
 
+    def save_instance(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        index: int,
+        progress: Any,
+        *,
+        namespace: tuple[str, ...] = (),
+        lineage: tuple[EnclosingFanOutInstance, ...] = (),
+        saved_at: float | None = None,
+    ) -> None:
+        """Save one fan-out instance's progress: O(1) whatever the fan-out's size.
+
+        The fan-out must be in the invocation's head (saved through a record's
+        ``fan_out_progress``). Buffered like :meth:`save_fan_out_internal` under batching.
+        """
+        frame = self._instance_frame(
+            invocation_id, fan_out_node_name, index, progress, namespace, lineage, saved_at
+        )
+        if self._flush_every <= 0:
+            self.log.append(invocation_id, frame)
+            return
+        self.log.append(invocation_id, frame, durable=False)
+        if self._count_pending():
+            self.log.flush()
+
+    def _instance_frame(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        index: int,
+        progress: Any,
+        namespace: tuple[str, ...],
+        lineage: tuple[EnclosingFanOutInstance, ...],
+        saved_at: float | None,
+    ) -> _InstanceSave:
+        stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
+        conv = instance_from(progress)
+        encode_value(conv.result, f"instances[{index}].result")
+        return _InstanceSave(
+            self,
+            (fan_out_node_name, tuple(namespace), lineage_from(lineage)),
+            index,
+            conv,
+            time.time() if saved_at is None else saved_at,
+        )
+
     def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
         """Buffered without counting toward ``flush_every`` under batching, else durable."""
         inc = self._incoming(invocation_id, record, "fan_out_in_flight_failure")
@@ -290,8 +411,6 @@ class CheckpointLog:
         """Forget ``invocation_id`` (a tombstone is logged; its history stays for audit)."""
         stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
         self.log.discard_buffered(invocation_id)
-        import time  # noqa: PLC0415 - only deletes need the wall clock
-
         self.log.append(invocation_id, _Delete(self, time.time()))
 
     # -- reading -------------------------------------------------------------------------------
@@ -429,6 +548,29 @@ class Checkpointer:
         durable = cl._flush_every <= 0
         await cl.log.append_async(invocation_id, _Save(cl, inc), durable=durable)
 
+    async def save_instance(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        index: int,
+        progress: Any,
+        *,
+        namespace: tuple[str, ...] = (),
+        lineage: tuple[EnclosingFanOutInstance, ...] = (),
+        saved_at: float | None = None,
+    ) -> None:
+        """Async :meth:`CheckpointLog.save_instance`."""
+        cl = self.sync
+        frame = cl._instance_frame(
+            invocation_id, fan_out_node_name, index, progress, namespace, lineage, saved_at
+        )
+        if cl._flush_every <= 0:
+            await cl.log.append_async(invocation_id, frame)
+            return
+        await cl.log.append_async(invocation_id, frame, durable=False)
+        if cl._count_pending():
+            await cl.log.flush_async()
+
     async def load(self, invocation_id: str) -> CheckpointRecord | None:
         return await asyncio.to_thread(self.sync.load, invocation_id)
 
@@ -439,8 +581,6 @@ class Checkpointer:
         cl = self.sync
         stream_key_bytes(invocation_id, cl.log.backend.max_key_bytes)
         cl.log.discard_buffered(invocation_id)
-        import time  # noqa: PLC0415
-
         await cl.log.append_async(invocation_id, _Delete(cl, time.time()))
 
     async def flush(self) -> None:
