@@ -351,7 +351,11 @@ class LmdbBackend(Backend):
                     max(map_size_initial, 1 << 20),
                     map_size_max,
                 )
-                env.check_marker(marker_table)
+                try:
+                    env.check_marker(marker_table)
+                except BaseException:
+                    env.env.close()
+                    raise
                 _REGISTRY[self._path] = env
             elif env.durability != self.durability or env.readonly != readonly:
                 raise CheckpointError(
