@@ -5,7 +5,8 @@ Invariants:
   one process: closing one handle would drop the other's locks). Handles are shared and
   reference-counted through ``_REGISTRY``.
 - After ``fork`` the child never touches the parent's environment, not even to close it (closing
-  would clear reader slots the parent owns); it opens its own on first use.
+  would clear reader slots the parent owns); it opens its own on first use, past py-lmdb's
+  "already open in this process" guard (see ``_lift_open_guard``).
 - Every transaction lives inside a ``with``; write transactions never cross threads; values
   are returned as ``bytes`` copies (``buffers=False``), so nothing refers to the map after a
   transaction ends.
@@ -22,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -42,6 +44,11 @@ from eventlog.errors import (
     StorageFull,
     UnsupportedFormat,
 )
+
+try:  # py-lmdb 3 refuses to open one environment twice in a process (see _lift_open_guard)
+    _lmdb_envid: Any = importlib.import_module("lmdb._envid")
+except ImportError:  # pragma: no cover - a py-lmdb without lmdb._envid: nothing to lift
+    _lmdb_envid = None
 
 MAP_SIZE_INITIAL = 1 << 30  # 1 GiB of address space; costs nothing until pages are written
 MAP_SIZE_MAX = 1 << 40  # 1 TiB: free to reserve on 64-bit without writemap (DESIGN §11)
@@ -84,22 +91,24 @@ class _Env:
         self.dbs: dict[str, Any] = {}
 
     def _open(self, map_size: int) -> Any:
+        inherited = any(path == self.path for path, _ in _ABANDONED)
         try:
-            return lmdb.open(
-                self.path,
-                map_size=map_size,
-                subdir=True,
-                readonly=self.readonly,
-                create=not self.readonly,
-                sync=self.durability == "fsync",
-                metasync=True,
-                max_dbs=MAX_DBS,
-                max_readers=MAX_READERS,
-                lock=True,
-                readahead=True,
-                writemap=False,
-                max_spare_txns=4,
-            )
+            with _lift_open_guard(inherited):
+                return lmdb.open(
+                    self.path,
+                    map_size=map_size,
+                    subdir=True,
+                    readonly=self.readonly,
+                    create=not self.readonly,
+                    sync=self.durability == "fsync",
+                    metasync=True,
+                    max_dbs=MAX_DBS,
+                    max_readers=MAX_READERS,
+                    lock=True,
+                    readahead=True,
+                    writemap=False,
+                    max_spare_txns=4,
+                )
         except lmdb.Error as e:
             raise _translate(e, f"opening {self.path!r}") from e
 
@@ -135,7 +144,8 @@ class _Env:
 
     def after_fork(self, tables: Iterable[str]) -> None:
         """Called in a forked child: abandon (never close) the inherited env and open anew."""
-        _ABANDONED.append(self.env)
+        _ABANDONED.append((self.path, self.env))
+        tables = [*self.dbs, *tables]  # every table any backend sharing this env declared
         self.write_lock = threading.Lock()
         self._cond = threading.Condition()
         self._active = 0
@@ -190,7 +200,32 @@ class _Env:
 
 _REGISTRY: dict[str, _Env] = {}
 _REGISTRY_LOCK = threading.Lock()
-_ABANDONED: list[Any] = []  # inherited envs a forked child must never close
+_ABANDONED: list[tuple[str, Any]] = []  # (path, env) inherited envs a forked child never closes
+
+
+def _no_env_keys(path: str, subdir: bool) -> tuple[()]:
+    return ()
+
+
+@contextmanager
+def _lift_open_guard(lift: bool) -> Iterator[None]:
+    """Let one ``lmdb.open`` past py-lmdb's "already open in this process" guard.
+
+    A forked child keeps the parent's environment open (abandoned: closing it would clear the
+    parent's reader slots in the shared lock file) and must open its own on the same files, which
+    py-lmdb 3 refuses by file identity, with no public way around it. The guard asks
+    ``lmdb._envid.env_keys`` for that identity, so answering "no files" for this one open lets it
+    through; the new handle is the only one the child uses, which is what the guard protects.
+    """
+    if not lift or _lmdb_envid is None:
+        yield
+        return
+    env_keys = _lmdb_envid.env_keys
+    _lmdb_envid.env_keys = _no_env_keys
+    try:
+        yield
+    finally:
+        _lmdb_envid.env_keys = env_keys
 
 
 class _LmdbRead(ReadTxn):
@@ -209,7 +244,7 @@ class _LmdbRead(ReadTxn):
 
     def get(self, table: str, key: bytes) -> bytes | None:
         db = self._db(table)
-        if db is None:
+        if db is None or not key:  # LMDB rejects an empty key; none can be stored anyway
             return None
         value: bytes | None = self._txn.get(key, db=db)
         return value
@@ -289,6 +324,8 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         self._txn.put(key, value, db=self._db(table))
 
     def delete(self, table: str, key: bytes) -> bool:
+        if not key:  # LMDB rejects an empty key; none can be stored anyway
+            return False
         deleted: bool = self._txn.delete(key, db=self._db(table))
         return deleted
 
@@ -410,9 +447,9 @@ class LmdbBackend(Backend):
 
     @contextmanager
     def write(self) -> Iterator[WriteTxn]:
+        env = self._handle()  # first, so a closed backend says LogClosed even when read-only
         if self.readonly:
             raise ReadOnlyLog(f"{self._path!r} was opened read-only; open it writable to change it")
-        env = self._handle()
         with env.write_lock:
             with env.active():
                 txn = self._begin(env, write=True)

@@ -157,9 +157,21 @@ class Compressor:
         if flags & FLAG_DICTIONARY:
             raise UnsupportedFormat("dictionary-compressed frames are not written by this version")
         try:
+            # zstd ignores max_output_size when the frame header states the content size (as
+            # ours do), so the bound is checked against the header first: a damaged size field
+            # must not make a reader allocate gigabytes.
+            size = zstandard.frame_content_size(stored)
+            if size > max_bytes:
+                raise CorruptFrame(
+                    f"compressed payload claims {size} bytes, above the {max_bytes}-byte frame "
+                    "limit; the frame is damaged (or the log was opened with a smaller "
+                    "frame_bytes_max than it was written with)"
+                )
             raw: bytes = self._d.decompress(stored, max_output_size=max_bytes)
         except zstandard.ZstdError as e:
             raise CorruptFrame(f"zstd could not decompress the payload: {e}") from e
+        if len(raw) > max_bytes:
+            raise CorruptFrame(f"payload decompressed to {len(raw)} bytes, above {max_bytes}")
         return raw
 
 

@@ -606,6 +606,7 @@ class EventLog:
             it.result = None
             key = it.stream.encode("utf-8", "surrogatepass")
             sid = self._ids.get(it.stream) or new_ids.get(it.stream)
+            fresh = False  # a new stream: its id is recorded only once a frame is appended
             if sid is None:
                 raw_id = txn.get(STREAM_IDS, key)
                 if raw_id is not None:
@@ -614,20 +615,11 @@ class EventLog:
                     if next_id is None:
                         last_id = txn.last_key(STREAM_NAMES)
                         next_id = (U64.unpack(last_id)[0] if last_id is not None else 0) + 1
-                    sid, next_id = next_id, next_id + 1
-                    txn.put(STREAM_IDS, key, _u64(sid))
-                    txn.put(STREAM_NAMES, _u64(sid), key)
-                new_ids[it.stream] = sid
+                    sid, fresh = next_id, True
             tail = tails.get(sid)
             if tail is None:
-                tail = _read_tail(txn, sid)
+                tail = (0, ZERO_CHECKSUM) if fresh else _read_tail(txn, sid)
             seq = tail[0] + 1
-            deferred = it.frame if isinstance(it.frame, _DEFERRED_TYPES) else None
-            if deferred is not None:
-                frame = deferred.build(txn, it.stream, sid, seq)
-                if frame is None:
-                    continue  # nothing to append (e.g. deleting an unknown invocation)
-                self._encode_in_txn(it, frame)
             if it.expect_seq is not None and it.expect_seq != seq:
                 it.result = SequenceConflict(
                     f"stream {it.stream!r} is at seq {tail[0]}, so this append would get seq "
@@ -635,6 +627,17 @@ class EventLog:
                     "(or an earlier frame failed): reload the stream and try again"
                 )
                 continue
+            deferred = it.frame if isinstance(it.frame, _DEFERRED_TYPES) else None
+            if deferred is not None:
+                frame = deferred.build(txn, it.stream, sid, seq)
+                if frame is None:
+                    continue  # nothing to append (e.g. deleting an unknown invocation)
+                self._encode_in_txn(it, frame)
+            if fresh:
+                txn.put(STREAM_IDS, key, _u64(sid))
+                txn.put(STREAM_NAMES, _u64(sid), key)
+                new_ids[it.stream] = sid
+                next_id = sid + 1
             envelope, checksum = seal(
                 sid, seq, tail[1], it.payload, flags=it.flags, chain_key=self._chain_key
             )

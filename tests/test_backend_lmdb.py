@@ -1,0 +1,452 @@
+"""The LMDB backend against the shared backend contract, plus what only LMDB has.
+
+LMDB-only behaviour: map growth and its bound, fork safety, durability across a killed process,
+refusing paths that are not ckptlog logs (without modifying them), and one shared environment
+per path per process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+
+from backends import lmdb as lmdb_backend
+from backends.base import WriteTxn
+from backends.lmdb import LmdbBackend
+from backends.testing import BackendContract
+from eventlog.errors import CheckpointError, NotALog, StorageFull
+
+TABLES = ("a", "b")
+MiB = 1 << 20
+CHILD_WAIT_S = 20.0
+
+
+def _open(path: Path | str, **kw: Any) -> LmdbBackend:
+    kw.setdefault("tables", TABLES)
+    return LmdbBackend(path, **kw)
+
+
+def _put(table: str, key: bytes, value: bytes) -> Callable[[WriteTxn], None]:
+    def fn(txn: WriteTxn) -> None:
+        txn.put(table, key, value)
+
+    return fn
+
+
+def _in_child(fn: Callable[[], None]) -> int:
+    """Run ``fn`` in a forked child; its exit code (0 when ``fn`` returned)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn()
+            code = 0
+        except BaseException:  # noqa: BLE001 - the child must reach os._exit; show why it failed
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + CHILD_WAIT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"forked child {pid} hung for {CHILD_WAIT_S} s")
+        time.sleep(0.005)
+
+
+def _fds_open_under(path: Path) -> int:
+    """How many of this process's file descriptors point into ``path`` (Linux only)."""
+    fd_dir = Path("/proc/self/fd")
+    if not fd_dir.is_dir():
+        pytest.skip("needs /proc/self/fd")
+    root = os.path.realpath(path)
+    n = 0
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(root + os.sep):
+            n += 1
+    return n
+
+
+def _data_digest(path: Path) -> tuple[list[str], str]:
+    """The files in an LMDB directory and the hash of its data file (lock.mdb changes on open)."""
+    names = sorted(p.name for p in path.iterdir())
+    return names, hashlib.sha256((path / "data.mdb").read_bytes()).hexdigest()
+
+
+class TestLmdbBackend(BackendContract):
+    def make_backend(self, tmp_path: Path, **kw: Any) -> LmdbBackend:
+        return _open(tmp_path / "log", **kw)
+
+    # -- map growth ----------------------------------------------------------------------------
+
+    def test_map_grows_on_demand(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        backend = _open(path, durability="process", map_size_initial=MiB)
+        assert backend.map_size == MiB
+        calls = 0
+        txns, per_txn, value_bytes = 10, 32, 64 * 1024  # 20 MiB in all
+
+        def value(i: int, j: int) -> bytes:
+            return bytes([i, j]) * (value_bytes // 2)
+
+        def chunk(i: int) -> Callable[[WriteTxn], int]:
+            def fn(txn: WriteTxn) -> int:
+                nonlocal calls
+                calls += 1
+                for j in range(per_txn):
+                    txn.put("a", b"%02d-%02d" % (i, j), value(i, j))
+                return i
+
+            return fn
+
+        try:
+            for i in range(txns):
+                assert backend.run_write(chunk(i)) == i
+            assert calls > txns  # some transactions ran again after the map grew
+            assert backend.map_size >= txns * per_txn * value_bytes
+            assert backend.map_size <= lmdb_backend.MAP_SIZE_MAX
+            assert backend.size_bytes() >= txns * per_txn * value_bytes
+            with backend.read() as r:
+                assert r.count("a") == txns * per_txn
+                for i in range(txns):
+                    for j in range(per_txn):
+                        assert r.get("a", b"%02d-%02d" % (i, j)) == value(i, j)
+        finally:
+            backend.close()
+        # Reopened with the small initial size, the map covers the data and still grows.
+        backend = _open(path, durability="process", map_size_initial=MiB)
+        try:
+            before = backend.map_size
+            assert before >= txns * per_txn * value_bytes
+            backend.run_write(chunk(txns))
+            backend.run_write(chunk(txns + 1))
+            with backend.read() as r:
+                assert r.count("a") == (txns + 2) * per_txn
+                assert r.get("a", b"00-00") == value(0, 0)
+        finally:
+            backend.close()
+
+    def test_storage_full_past_map_size_max(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        backend = _open(path, durability="process", map_size_initial=MiB, map_size_max=2 * MiB)
+        backend.run_write(_put("a", b"small", b"v"))
+
+        def big(txn: WriteTxn) -> None:
+            for j in range(64):  # 4 MiB: more than the bound
+                txn.put("a", b"big%02d" % j, b"x" * (64 * 1024))
+
+        try:
+            with pytest.raises(
+                StorageFull,
+                match=r"reached map_size_max=2097152 bytes; open it with a larger map_size_max",
+            ):
+                backend.run_write(big)
+            assert backend.map_size == 2 * MiB
+            # Still usable: the failed transaction left nothing, reads and smaller writes work.
+            with backend.read() as r:
+                assert list(r.scan("a")) == [(b"small", b"v")]
+            backend.run_write(_put("a", b"medium", b"m" * (256 * 1024)))
+            backend.run_write(_put("b", b"tiny", b"t"))
+            with backend.read() as r:
+                assert r.get("a", b"medium") == b"m" * (256 * 1024)
+                assert r.get("b", b"tiny") == b"t"
+                assert list(r.scan_prefix("a", b"big")) == []
+        finally:
+            backend.close()
+        backend = _open(path, durability="process", map_size_initial=MiB, map_size_max=16 * MiB)
+        try:
+            backend.run_write(big)  # a larger bound lets the same write through
+            with backend.read() as r:
+                assert r.count("a") == 66
+        finally:
+            backend.close()
+
+    # -- fork ----------------------------------------------------------------------------------
+
+    def test_fork_child_uses_the_same_backend_object(self, tmp_path: Path) -> None:
+        backend = self.make_backend(tmp_path)
+        try:
+            backend.run_write(_put("a", b"parent", b"1"))
+            with backend.read() as r:
+                assert r.get("a", b"parent") == b"1"
+
+            def child() -> None:
+                with backend.read() as r:
+                    assert r.get("a", b"parent") == b"1"
+                backend.run_write(_put("a", b"child", str(os.getpid()).encode()))
+                with backend.read() as r:
+                    assert r.count("a") == 2
+
+            assert _in_child(child) == 0
+            with backend.read() as r:
+                assert r.get("a", b"parent") == b"1"
+                child_pid = r.get("a", b"child")
+                assert child_pid is not None
+                assert int(child_pid) != os.getpid()
+            backend.run_write(_put("a", b"after", b"2"))
+            with backend.read() as r:
+                assert [k for k, _ in r.scan("a")] == [b"after", b"child", b"parent"]
+        finally:
+            backend.close()
+
+    def test_fork_while_parent_holds_a_read_txn(self, tmp_path: Path) -> None:
+        backend = self.make_backend(tmp_path)
+        try:
+            backend.run_write(_put("a", b"k", b"old"))
+            with backend.read() as r:
+
+                def child() -> None:
+                    backend.run_write(_put("a", b"k", b"new"))
+                    backend.close()
+
+                assert _in_child(child) == 0
+                assert r.get("a", b"k") == b"old"  # the parent's snapshot is intact
+            with backend.read() as r:
+                assert r.get("a", b"k") == b"new"
+            backend.run_write(_put("a", b"k", b"newer"))
+            with backend.read() as r:
+                assert r.get("a", b"k") == b"newer"
+        finally:
+            backend.close()
+
+    def test_fork_child_opens_the_path_again(self, tmp_path: Path) -> None:
+        backend = self.make_backend(tmp_path)
+        try:
+            backend.run_write(_put("a", b"parent", b"1"))
+
+            def child() -> None:
+                other = self.make_backend(tmp_path)
+                with other.read() as r:
+                    assert r.get("a", b"parent") == b"1"
+                other.run_write(_put("b", b"child", b"2"))
+                other.close()
+                backend.run_write(_put("b", b"child-old-object", b"3"))
+
+            assert _in_child(child) == 0
+            with backend.read() as r:
+                assert list(r.scan("b")) == [(b"child", b"2"), (b"child-old-object", b"3")]
+            backend.run_write(_put("a", b"after", b"4"))
+        finally:
+            backend.close()
+
+    def test_fork_keeps_every_table_of_a_shared_env(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        only_a = _open(path, tables=("a",))
+        only_b = _open(path, tables=("b",))
+        try:
+
+            def child() -> None:
+                only_a.run_write(_put("a", b"ka", b"1"))  # reopens the env in the child
+                only_b.run_write(_put("b", b"kb", b"2"))  # its table must still be open
+
+            assert _in_child(child) == 0
+            with only_a.read() as r:
+                assert r.get("a", b"ka") == b"1"
+            with only_b.read() as r:
+                assert r.get("b", b"kb") == b"2"
+        finally:
+            only_a.close()
+            only_b.close()
+
+    # -- durability ----------------------------------------------------------------------------
+
+    def test_process_durability_then_sync(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        backend = _open(path, durability="process")
+        try:
+            for i in range(20):
+                backend.run_write(_put("a", b"k%02d" % i, b"v%02d" % i))
+            backend.sync()
+            backend.sync()  # idempotent
+            assert backend.durability == "process"
+        finally:
+            backend.close()
+        backend = _open(path)  # fsync now that no handle is open
+        try:
+            assert backend.durability == "fsync"
+            with backend.read() as r:
+                assert r.count("a") == 20
+                assert r.get("a", b"k19") == b"v19"
+        finally:
+            backend.close()
+
+    def test_process_durability_survives_sigkill(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        script = textwrap.dedent(
+            f"""
+            import os, signal
+            from backends.lmdb import LmdbBackend
+            b = LmdbBackend({str(path)!r}, tables=("a",), durability="process")
+            for i in range(50):
+                b.run_write(lambda txn, i=i: txn.put("a", b"k%02d" % i, b"v"))
+            os.kill(os.getpid(), signal.SIGKILL)
+            """
+        )
+        proc = subprocess.run([sys.executable, "-c", script], timeout=60, check=False)
+        assert proc.returncode == -signal.SIGKILL
+        backend = _open(path)
+        try:
+            with backend.read() as r:
+                assert r.count("a") == 50
+        finally:
+            backend.close()
+
+    # -- refusing what is not a log ------------------------------------------------------------
+
+    def test_regular_file_is_not_a_log(self, tmp_path: Path) -> None:
+        path = tmp_path / "file"
+        path.write_bytes(b"not a log")
+        with pytest.raises(NotALog, match=r"is a file, but a ckptlog log is a directory"):
+            _open(path)
+        with pytest.raises(NotALog, match=r"no ckptlog log at .*expected a directory"):
+            _open(path, readonly=True)
+        assert path.read_bytes() == b"not a log"
+
+    def test_non_empty_directory_without_data_is_not_a_log(self, tmp_path: Path) -> None:
+        path = tmp_path / "dir"
+        path.mkdir()
+        (path / "notes.txt").write_text("mine")
+        with pytest.raises(NotALog, match=r"is a non-empty directory without data\.mdb"):
+            _open(path)
+        assert [p.name for p in path.iterdir()] == ["notes.txt"]
+
+    def test_readonly_open_of_missing_path_is_not_a_log(self, tmp_path: Path) -> None:
+        path = tmp_path / "missing"
+        with pytest.raises(NotALog, match=r"no ckptlog log at .*open it writable to create"):
+            _open(path, readonly=True)
+        assert not path.exists()
+
+    def test_garbage_data_file_is_not_a_log(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        path.mkdir()
+        garbage = bytes(range(256)) * 64
+        (path / "data.mdb").write_bytes(garbage)
+        with pytest.raises(NotALog, match=r"not a readable LMDB environment"):
+            _open(path)
+        assert (path / "data.mdb").read_bytes() == garbage
+
+    def test_foreign_lmdb_env_is_refused_and_left_alone(self, tmp_path: Path) -> None:
+        path = tmp_path / "foreign"
+        env = lmdb.open(str(path), max_dbs=4)
+        other = env.open_db(b"other")
+        with env.begin(write=True) as txn:
+            txn.put(b"key", b"value", db=other)
+        env.close()
+        before = _data_digest(path)
+        fds = _fds_open_under(path)
+        with pytest.raises(
+            NotALog,
+            match=r"is an LMDB environment but not a ckptlog log \(it holds other, no 'meta'",
+        ) as refused:
+            _open(path, tables=("meta", "a"), marker_table="meta")
+        # Checked while the traceback still holds the refused handle: it was closed, not left
+        # for the garbage collector (which could close it after this process reopened the path).
+        assert _fds_open_under(path) == fds
+        del refused
+        assert _data_digest(path) == before
+        env = lmdb.open(str(path), max_dbs=4, readonly=True)
+        try:
+            with env.begin() as txn:
+                assert [bytes(k) for k, _ in txn.cursor()] == [b"other"]
+        finally:
+            env.close()
+
+    def test_marker_table_accepts_new_and_own_logs(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        backend = _open(path, tables=("meta", "a"), marker_table="meta")
+        backend.run_write(_put("a", b"k", b"v"))
+        backend.close()
+        backend = _open(path, tables=("meta", "a"), marker_table="meta")
+        try:
+            with backend.read() as r:
+                assert r.get("a", b"k") == b"v"
+        finally:
+            backend.close()
+
+    # -- one env per path per process ----------------------------------------------------------
+
+    def test_two_backends_on_one_path_share_the_env(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        first = _open(path, tables=("a",))
+        second = _open(str(path), tables=("b",))
+        try:
+            assert first._env is second._env
+            assert first.location == second.location == os.path.realpath(path)
+            first.run_write(_put("a", b"k", b"from first"))
+            second.run_write(_put("b", b"k", b"from second"))
+            with second.read() as r:
+                assert r.get("a", b"k") == b"from first"
+            first.close()
+            # Closing one handle leaves the shared environment open for the other.
+            with second.read() as r:
+                assert r.get("b", b"k") == b"from second"
+            second.run_write(_put("b", b"k2", b"still writable"))
+        finally:
+            first.close()
+            second.close()
+        assert os.path.realpath(path) not in lmdb_backend._REGISTRY
+
+    def test_same_path_with_other_settings_is_refused(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        backend = _open(path)
+        try:
+            with pytest.raises(
+                CheckpointError,
+                match=r"already open in this process with durability='fsync', readonly=False",
+            ):
+                _open(path, durability="process")
+            with pytest.raises(CheckpointError, match=r"already open in this process"):
+                _open(path, readonly=True)
+            backend.run_write(_put("a", b"k", b"v"))  # the refusal did not disturb it
+        finally:
+            backend.close()
+        backend = _open(path, durability="process")  # once closed, any setting is fine
+        try:
+            with backend.read() as r:
+                assert r.get("a", b"k") == b"v"
+        finally:
+            backend.close()
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def test_undeclared_table_is_an_error(self, backend: LmdbBackend) -> None:
+        with (
+            backend.read() as r,
+            pytest.raises(CheckpointError, match=r"table 'c' was not declared"),
+        ):
+            r.get("c", b"k")
+
+    def test_readonly_sees_absent_table_as_empty(self, tmp_path: Path) -> None:
+        path = tmp_path / "log"
+        backend = _open(path, tables=("a",))
+        backend.run_write(_put("a", b"k", b"v"))
+        backend.close()
+        ro = _open(path, tables=("a", "b"), readonly=True)
+        try:
+            with ro.read() as r:
+                assert r.get("a", b"k") == b"v"
+                assert r.get("b", b"k") is None
+                assert list(r.scan("b")) == []
+                assert r.last_key("b") is None
+                assert r.count("b") == 0
+        finally:
+            ro.close()
