@@ -105,17 +105,12 @@ def read_header(data: bytes) -> tuple[int, int, int, int, int, bytes, bytes]:
 
 
 def open_envelope(data: bytes, *, chain_key: bytes = b"") -> Envelope:
-    """Parse and check an envelope: length, version, flags and checksum."""
+    """Parse and check an envelope: length, checksum, then version and flags.
+
+    The checksum is checked first: a damaged version byte is corruption, not a newer format
+    (a log written in a newer format is refused when it is opened, from its meta record).
+    """
     version, flags, dict_id, stream_id, seq, prev, checksum = read_header(data)
-    if version != FORMAT_VERSION:
-        if version > FORMAT_VERSION:
-            raise UnsupportedFormat(
-                f"frame format version {version} is newer than this ckptlog reads "
-                f"({FORMAT_VERSION}); upgrade ckptlog to read this log"
-            )
-        raise CorruptFrame(f"frame format version {version} is not a known version")
-    if flags & ~KNOWN_FLAGS:
-        raise CorruptFrame(f"frame flags {flags:#04x} include unknown bits", seq=seq)
     payload = data[HEADER_BYTES:]
     if _digest(data[: HEADER.size], payload, chain_key) != checksum:
         raise CorruptFrame(
@@ -123,6 +118,15 @@ def open_envelope(data: bytes, *, chain_key: bytes = b"") -> Envelope:
             "changed after they were written; run verify() to list every damaged frame",
             seq=seq,
         )
+    if version != FORMAT_VERSION:
+        if version > FORMAT_VERSION:
+            raise UnsupportedFormat(
+                f"frame format version {version} is newer than this ckptlog reads "
+                f"({FORMAT_VERSION}); upgrade ckptlog to read this log"
+            )
+        raise CorruptFrame(f"frame format version {version} is not a known version", seq=seq)
+    if flags & ~KNOWN_FLAGS:
+        raise CorruptFrame(f"frame flags {flags:#04x} include unknown bits", seq=seq)
     return Envelope(version, flags, dict_id, stream_id, seq, prev, checksum, payload)
 
 

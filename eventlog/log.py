@@ -521,28 +521,19 @@ class EventLog:
         if isinstance(item.frame, _DEFERRED_TYPES):
             return True  # built and encoded inside the transaction
         try:
-            raw = self._serializer.encode(item.frame)
-            item.payload, item.flags = self._compressor.compress(raw)
+            self._encode(item, item.frame)
         except BaseException as e:  # noqa: BLE001 - delivered to the caller, never swallowed
             item.result = e
             return False
-        stored = len(item.payload) + HEADER_BYTES
-        if stored > self.frame_bytes_max:
-            item.result = FrameTooLarge(
-                f"frame for stream {item.stream!r} is {stored} bytes stored "
-                f"({len(raw)} encoded), above frame_bytes_max={self.frame_bytes_max}; "
-                "save smaller states (keep large blobs outside the log, store a reference) "
-                "or open the log with a larger frame_bytes_max"
-            )
-            return False
         return True
 
-    def _encode_in_txn(self, item: _Item, frame: Any) -> None:
-        """Encode a deferred frame inside the transaction; raising aborts it (then isolated)."""
+    def _encode(self, item: _Item, frame: Any) -> None:
+        """Encode and compress ``frame`` into ``item``; the encoded and stored sizes are bounded
+        by ``frame_bytes_max`` so every acknowledged frame also reads back within it."""
         raw = self._serializer.encode(frame)
         item.payload, item.flags = self._compressor.compress(raw)
         stored = len(item.payload) + HEADER_BYTES
-        if stored > self.frame_bytes_max:
+        if max(stored, len(raw) + HEADER_BYTES) > self.frame_bytes_max:
             raise FrameTooLarge(
                 f"frame for stream {item.stream!r} is {stored} bytes stored "
                 f"({len(raw)} encoded), above frame_bytes_max={self.frame_bytes_max}; "
@@ -632,7 +623,7 @@ class EventLog:
                 frame = deferred.build(txn, it.stream, sid, seq)
                 if frame is None:
                     continue  # nothing to append (e.g. deleting an unknown invocation)
-                self._encode_in_txn(it, frame)
+                self._encode(it, frame)  # raising aborts; the batch is then isolated
             if fresh:
                 txn.put(STREAM_IDS, key, _u64(sid))
                 txn.put(STREAM_NAMES, _u64(sid), key)
@@ -694,11 +685,28 @@ class EventLog:
         raw = self._compressor.decompress(env.payload, env.flags, max_bytes=self.frame_bytes_max)
         return env, self._serializer.decode(raw)
 
-    def _stored(self, stream: str, gseq: int, data: bytes) -> StoredFrame[Any]:
+    def _stored(
+        self, stream: str, gseq: int, data: bytes, where: tuple[int, int] | None = None
+    ) -> StoredFrame[Any]:
+        """Decode a stored frame; ``where`` is the (stream id, seq) the index says it is."""
         try:
             env, frame = self.decode_envelope(data)
         except CorruptFrame as e:
-            raise CorruptFrame(f"stream {stream!r}, log #{gseq}: {e}", stream=stream) from e
+            seq = e.seq
+            if seq is None:
+                with contextlib.suppress(CorruptFrame):
+                    seq = read_header(data)[4]
+            raise CorruptFrame(
+                f"stream {stream!r}, log #{gseq}: {e}", stream=stream, seq=seq
+            ) from e
+        if where is not None and (env.stream_id, env.seq) != where:
+            raise CorruptFrame(
+                f"stream {stream!r}, log #{gseq}: the index says it is seq {where[1]} of this "
+                f"stream, but the frame there is seq {env.seq} of stream id {env.stream_id} "
+                "(frames swapped or moved); run verify()",
+                stream=stream,
+                seq=where[1],
+            )
         return StoredFrame(stream, env.seq, gseq, env.checksum, frame, len(data))
 
     def last_seq(self, stream: str) -> int:
@@ -731,11 +739,21 @@ class EventLog:
                             stream=stream,
                             seq=seq,
                         )
-                    chunk.append(self._stored(stream, U64.unpack(gkey)[0], data))
+                    sf = self._stored(stream, U64.unpack(gkey)[0], data, U64X2.unpack(key))
+                    if sf.seq != next_seq or (chunk and _prev_of(data) != chunk[-1].checksum):
+                        raise CorruptFrame(
+                            f"stream {stream!r}: expected seq {next_seq} chained to the frame "
+                            f"before it, found seq {sf.seq}"
+                            + (" (frames missing)" if sf.seq > next_seq else "")
+                            + "; run verify()",
+                            stream=stream,
+                            seq=next_seq,
+                        )
+                    chunk.append(sf)
+                    next_seq += 1
             yield from chunk
             if len(chunk) < READ_CHUNK_FRAMES:
                 return
-            next_seq = chunk[-1].seq + 1
 
     def read_frame(self, stream: str, seq: int) -> StoredFrame[Any] | None:
         for sf in self.read_stream(stream, seq, seq):
@@ -847,6 +865,10 @@ def _resolve_aio(items: list[_Item]) -> None:
             fut.set_exception(it.result)
         else:
             fut.set_result(it.result)  # type: ignore[arg-type]
+
+
+def _prev_of(envelope: bytes) -> bytes:
+    return read_header(envelope)[5]
 
 
 def _last_seq(txn: ReadTxn, sid: int) -> int:

@@ -34,6 +34,8 @@ class _Walk:
         self.report = report
         self.names = {U64.unpack(k)[0]: v for k, v in txn.scan(STREAM_NAMES)}
         self.located: dict[int, tuple[int, int]] = {}  # global seq -> (stream id, seq)
+        self.unparsed: set[int] = set()  # global seqs whose header could not be read
+        self.indexed_at = {U64.unpack(g)[0]: U64X2.unpack(k) for k, g in txn.scan(STREAMS)}
 
     def name(self, sid: int) -> str:
         raw = self.names.get(sid)
@@ -57,7 +59,7 @@ class _Walk:
         self.report.streams = len(ids)
 
     def frames(self, total: int, progress: Callable[[int, int], None] | None) -> None:
-        tails: dict[int, tuple[int, bytes]] = {}
+        tails: dict[int, tuple[int, bytes | None]] = {}  # None: checksum unknown (damaged)
         chain_key = self.log._chain_key
         compressor = self.log._compressor
         for n, (gkey, data) in enumerate(self.txn.scan(LOG), 1):
@@ -68,7 +70,11 @@ class _Walk:
             try:
                 _, _, _, sid, seq, prev, stored_sum = read_header(data)
             except CorruptFrame as e:
-                self.add("header", str(e), None, None, gseq)
+                sid_h, seq_h = self.indexed_at.get(gseq, (None, None))
+                self.add("header", str(e), sid_h, seq_h, gseq)
+                if sid_h is not None and seq_h is not None:
+                    tails[sid_h] = (seq_h, None)  # so its successor is not reported as a gap
+                self.unparsed.add(gseq)
                 continue
             self.located[gseq] = (sid, seq)
             last_seq, last_sum = tails.get(sid, (0, ZERO_CHECKSUM))
@@ -95,7 +101,7 @@ class _Walk:
                     seq,
                     gseq,
                 )
-            elif prev != last_sum:
+            elif last_sum is not None and prev != last_sum:
                 self.add(
                     "chain",
                     "prev does not match the checksum of the previous frame: "
@@ -116,6 +122,8 @@ class _Walk:
             gseq = U64.unpack(gkey)[0]
             indexed.add(gseq)
             found = self.located.get(gseq)
+            if found is None and gseq in self.unparsed:
+                continue  # reported as a damaged header already
             if found is None:
                 self.add(
                     "index",
