@@ -38,9 +38,11 @@ check: lint type test
 
 bench-smoke: $(STAMP_DEV)
 	$(PY) -m benchmarks.log_append --quick
+	$(PY) -m benchmarks.checkpoints --quick
 
 bench: $(STAMP_DEV)
 	$(PY) -m benchmarks.log_append
+	$(PY) -m benchmarks.checkpoints
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -196,6 +196,7 @@ class _Delete(DeferredFrame):
         self.row: HeadRow | None = None
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Tombstone | None:
+        self.owner._sids[stream] = sid
         self.row = read_row(txn, sid)
         if self.row is None:
             return None  # nothing saved (or already deleted): a no-op, nothing logged

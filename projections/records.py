@@ -250,9 +250,7 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
         schema_version=schema if head is None or schema != head.schema_version else None,
         state=inc.state if head is None or inc.state != head.state else None,
         parent_states=(
-            inc.parent_states
-            if head is None or inc.parent_states != head.parent_states
-            else None
+            inc.parent_states if head is None or inc.parent_states != head.parent_states else None
         ),
         positions_from=pos_from,
         positions=positions,

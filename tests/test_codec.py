@@ -7,6 +7,7 @@ not write (STYLE §3, §6). Hypothesis reproduces its own failures (STYLE §10).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgspec
@@ -281,8 +282,6 @@ def test_any_single_byte_change_is_detected(
 
 def _resealed(envelope: bytes, offset: int, value: int) -> bytes:
     """``envelope`` with one header byte changed and a checksum recomputed to match."""
-    import hashlib
-
     head = bytearray(envelope[:36])
     head[offset] = value
     payload = envelope[52:]
