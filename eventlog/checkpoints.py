@@ -455,6 +455,8 @@ class CheckpointLog:
 
     def record_at(self, invocation_id: str, seq: int) -> CheckpointRecord | None:
         """The record as of stream seq ``seq`` (``None`` if deleted or not yet saved then)."""
+        if seq < 1:
+            return None  # before the first frame nothing was saved
         with self.log.backend.read() as txn:
             sid = self.log._stream_id(txn, invocation_id)
             if sid is None:

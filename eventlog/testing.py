@@ -23,6 +23,7 @@ import asyncio
 import base64
 import dataclasses
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -611,8 +612,11 @@ class CheckpointLogContract:
     def test_invalid_invocation_ids_are_rejected(self, cl: CheckpointLog) -> None:
         with pytest.raises(InvalidStreamKey):
             cl.save("", make_record(""))
+        too_long = "x" * (cl.log.backend.max_key_bytes + 1)
         with pytest.raises(InvalidStreamKey):
-            cl.save("x" * 600, make_record("x" * 600))
+            cl.save(too_long, make_record(too_long))
+        with pytest.raises(InvalidStreamKey):
+            cl.delete("")
         assert cl.stats().frames == 0
 
     def test_unencodable_state_is_encoding_error_with_path(self, cl: CheckpointLog) -> None:
@@ -1007,6 +1011,46 @@ class CheckpointLogContract:
         expected = with_instance(with_instance(base, 0, 1, done(1)), 0, 2, done(2))
         assert batched.load("a") == msgspec.structs.replace(expected, last_saved_at=4.0)
         assert_history_consistent(batched, "a")
+
+    @pytest.mark.parametrize("seq", [0, -1, -2, -(2**70)], ids=["0", "-1", "-2", "-2**70"])
+    def test_record_at_before_the_first_seq_is_none(self, cl: CheckpointLog, seq: int) -> None:
+        cl.save("a", make_record("a"))
+        assert cl.record_at("a", seq) is None
+
+    def test_saves_from_many_threads(self, opener: Opener) -> None:
+        cl = opener(batching=FanOutInternalSaveBatching(flush_every=5))
+        n_threads = 8
+        calls: dict[str, list[tuple[str, CheckpointRecord]]] = {
+            inv: [] for inv in ["shared", *(f"t{t}" for t in range(n_threads))]
+        }
+        shared_lock = threading.Lock()  # the shared invocation's call order is the lock order
+        kinds = ["save", "fan_out_internal", "fan_out_in_flight_failure"]
+
+        def worker(t: int) -> None:
+            rng = random.Random(t)
+            for i in range(40):
+                inv = f"t{t}" if i % 4 else "shared"
+                kind = rng.choice(kinds)
+                rec = make_record(inv, state={"t": t, "i": i}, at=float(i))
+                if inv == "shared":
+                    with shared_lock:
+                        calls[inv].append((kind, rec))
+                        save_kind(cl, kind, rec)
+                else:
+                    calls[inv].append((kind, rec))
+                    save_kind(cl, kind, rec)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=60)
+        cl.flush()
+        for inv, expected in calls.items():
+            assert [(e.kind, e.record) for e in cl.history(inv)] == expected, inv
+            assert cl.load(inv) == expected[-1][1]
+        report = cl.verify()
+        assert report.ok, str(report)
 
     def test_more_invocations_than_the_head_cache(self, opener: Opener) -> None:
         """Heads evicted from the writer's cache are rebuilt from the materialized rows."""

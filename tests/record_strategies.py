@@ -28,8 +28,9 @@ from eventlog.records import (
 
 SAVE_KINDS = ("save", "fan_out_internal", "fan_out_in_flight_failure")
 
-texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=8)
-ids = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=12)
+_chars = st.characters(exclude_categories=["Cs"])  # no lone surrogates
+texts = st.text(_chars, max_size=8)
+ids = st.text(_chars, min_size=1, max_size=12)
 ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 floats = st.floats(allow_nan=False)
 json_values: st.SearchStrategy[Any] = st.recursive(

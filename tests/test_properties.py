@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
-from record_strategies import SAVE_KINDS, Op, records, save_sequences
+from record_strategies import SAVE_KINDS, Op, ids, records, save_sequences
 
 from backends.memory import MemoryBackend
 from eventlog.checkpoints import CheckpointLog
@@ -31,8 +31,9 @@ from projections.records import Head, apply, apply_inplace, snapshot, to_record
 _ids = itertools.count()
 
 
-def _fresh_id() -> str:
-    return f"inv-{next(_ids)}"
+def _fresh_id(prefix: str = "inv") -> str:
+    """Unique per example: examples share the module's store."""
+    return f"{prefix}#{next(_ids)}"
 
 
 @pytest.fixture(scope="module", params=["memory", "lmdb"])
@@ -70,7 +71,7 @@ def _run(cl: CheckpointLog, inv: str, ops: list[Op]) -> list[tuple[str, Any]]:
 def test_load_after_save_equals_the_record(
     store: CheckpointLog, data: st.DataObject, kind: str
 ) -> None:
-    inv = _fresh_id()
+    inv = _fresh_id(data.draw(ids, label="invocation id prefix"))
     rec = data.draw(records(inv))
     save_kind(store, kind, rec)
     loaded = store.load(inv)

@@ -1,13 +1,14 @@
 """The LMDB checkpoint log against a plain Python model, driven by a state machine (STYLE §2).
 
-Rules: save, fan-out internal save, in-flight failure save (batching ``flush_every=3``), flush,
-delete, clean close/reopen, and a simulated crash. After every step ``load``, ``list`` (all and
-per correlation id), ``history`` (kinds and records) and the buffered counts must agree with the
-model; ``verify()`` must pass at teardown.
+Rules: save, fan-out internal save, ``save_instance``, in-flight failure save (batching
+``flush_every=3``), flush, delete, clean close/reopen, and a simulated crash. After every step
+``load``, ``list`` (all and per correlation id), ``history`` (kinds and records) and the buffered
+counts must agree with the model; ``verify()`` must pass at teardown.
 
 The model of batching is the one eventlog.checkpoints documents: one count per checkpointer,
-raised by each fan-out internal save and reset only by a flush (automatic or explicit); a save
-commits its own invocation's buffer first, a delete drops it, close commits every buffer.
+raised by each fan-out internal (or instance) save and reset only by a flush (automatic or
+explicit); a save commits its own invocation's buffer first, a delete drops it, close commits
+every buffer.
 
 A crash is simulated in process: every buffered frame is dropped with the public
 ``EventLog.discard_buffered`` (what a dead process loses), then the log is closed, which then has
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-from hypothesis import settings
+from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from record_strategies import advanced, floats, next_record
@@ -78,7 +79,7 @@ class CheckpointMachine(RuleBasedStateMachine):
         )
 
     def _draw(self, data: st.DataObject, inv: str) -> CheckpointRecord:
-        rec = data.draw(next_record(inv, self.model.last_call[inv]))
+        rec = data.draw(next_record(inv, self.model.last_call[inv]), label=f"record for {inv!r}")
         self.model.last_call[inv] = rec
         return rec
 
@@ -96,10 +97,18 @@ class CheckpointMachine(RuleBasedStateMachine):
     def fan_out_save(self, inv: str, data: st.DataObject) -> None:
         rec = self._draw(data, inv)
         self.cl.save_fan_out_internal(inv, rec)
-        self.model.buffers[inv].append(("fan_out_internal", rec))
-        self.model.pending += 1
-        if self.model.pending >= FLUSH_EVERY:
-            self.model.commit_all()
+        self._counted(inv, rec)
+
+    def _counted(self, inv: str, rec: CheckpointRecord) -> None:
+        """Model a buffered save that counts toward ``flush_every``."""
+        m = self.model
+        m.buffers[inv].append(("fan_out_internal", rec))
+        m.pending += 1
+        if m.pending >= FLUSH_EVERY:
+            note(f"count reached {FLUSH_EVERY}: every buffer is committed")
+            m.commit_all()
+        else:
+            note(f"{inv!r} buffered, count {m.pending}")
 
     @precondition(lambda self: any(r and r.fan_out_progress for r in self.model.last_call.values()))
     @rule(data=st.data())
@@ -131,10 +140,7 @@ class CheckpointMachine(RuleBasedStateMachine):
         )
         rec = msgspec.structs.replace(with_instance(prev, k, index, progress), last_saved_at=at)
         m.last_call[inv] = rec
-        m.buffers[inv].append(("fan_out_internal", rec))
-        m.pending += 1
-        if m.pending >= FLUSH_EVERY:
-            m.commit_all()
+        self._counted(inv, rec)
 
     @rule(inv=invocations, data=st.data())
     def in_flight_failure_save(self, inv: str, data: st.DataObject) -> None:
@@ -150,6 +156,7 @@ class CheckpointMachine(RuleBasedStateMachine):
     @rule(inv=invocations)
     def delete(self, inv: str) -> None:
         self.cl.delete(inv)
+        note(f"delete drops {len(self.model.buffers[inv])} buffered save(s) of {inv!r}")
         self.model.buffers[inv] = []
         if self.model.committed.pop(inv, None) is not None:
             self.model.history[inv].append(("delete", None))
@@ -166,6 +173,7 @@ class CheckpointMachine(RuleBasedStateMachine):
         for inv in IDS:
             dropped = self.cl.log.discard_buffered(inv)
             assert dropped == len(self.model.buffers[inv])
+            note(f"crash loses {dropped} buffered save(s) of {inv!r}")
             self.model.buffers[inv] = []
         assert self.cl.log.buffered_count() == 0
         self.cl.close()
@@ -203,6 +211,6 @@ class CheckpointMachine(RuleBasedStateMachine):
 
 
 CheckpointMachine.TestCase.settings = settings(
-    max_examples=2000, stateful_step_count=50, deadline=None
+    max_examples=100, stateful_step_count=40, deadline=None
 )
 TestCheckpointMachine = CheckpointMachine.TestCase
