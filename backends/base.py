@@ -90,6 +90,20 @@ class WriteTxn(ReadTxn):
     def append(self, table: str, key: bytes, value: bytes) -> None:
         """Store a pair whose key is greater than every key in ``table`` (fast path)."""
 
+    def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        """Store several pairs (one backend call where the backend can)."""
+        for key, value in pairs:
+            self.put(table, key, value)
+
+    def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        """Append pairs whose keys ascend and are all greater than every key in ``table``.
+
+        Checked before anything is written: on error the table is unchanged.
+        """
+        check_ascending(table, self.last_key(table), pairs)
+        for key, value in pairs:
+            self.append(table, key, value)
+
     def delete_prefix(self, table: str, prefix: bytes) -> int:
         keys = [k for k, _ in self.scan_prefix(table, prefix)]
         for k in keys:
@@ -151,6 +165,18 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_ascending(table: str, last: bytes | None, pairs: list[tuple[bytes, bytes]]) -> None:
+    """Raise unless the keys of ``pairs`` ascend strictly, starting above ``last``."""
+    prev = last
+    for key, _ in pairs:
+        if prev is not None and key <= prev:
+            raise CheckpointError(
+                f"append to table {table!r} needs a key greater than the last one "
+                f"({prev.hex()}), got {key.hex()}"
+            )
+        prev = key
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

@@ -34,7 +34,15 @@ from typing import Any
 
 import lmdb
 
-from backends.base import Backend, Durability, ReadTxn, RetryableWrite, WriteTxn, check_durability
+from backends.base import (
+    Backend,
+    Durability,
+    ReadTxn,
+    RetryableWrite,
+    WriteTxn,
+    check_ascending,
+    check_durability,
+)
 from eventlog.errors import (
     CheckpointError,
     LogClosed,
@@ -338,6 +346,26 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
                 f"({last.hex()}), got {key.hex()}"
             )
         self._txn.put(key, value, db=self._db(table), append=True)
+
+    def _check_keys(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        limit = self._max_key
+        if not all(type(k) is bytes and 0 < len(k) <= limit for k, _ in pairs):
+            for key, _ in pairs:
+                self._check_key(key)  # raises with the message for the offending key
+
+    def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._check_keys(pairs)
+        with self._txn.cursor(db=self._db(table)) as cur:
+            cur.putmulti(pairs, dupdata=True, overwrite=True, append=False)
+
+    def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        if not pairs:
+            return
+        self._check_keys(pairs)
+        # append=True with keys out of order corrupts the B-tree: prove the order first.
+        check_ascending(table, self.last_key(table), pairs)
+        with self._txn.cursor(db=self._db(table)) as cur:
+            cur.putmulti(pairs, dupdata=True, overwrite=True, append=True)
 
 
 class LmdbBackend(Backend):

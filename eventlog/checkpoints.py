@@ -215,7 +215,9 @@ class _Hooks:
         self.owner = owner
 
     def begin(self) -> None:
-        self.owner._touched.clear()
+        # Entries still marked touched belong to an attempt that never committed (the backend
+        # retried the transaction): their heads were changed in place, so drop them.
+        self.aborted()
 
     def committed(self) -> None:
         self.owner._touched.clear()

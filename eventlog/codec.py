@@ -89,8 +89,10 @@ def seal(
     if len(prev) != CHECKSUM_BYTES:
         raise ValueError(f"prev must be {CHECKSUM_BYTES} bytes, got {len(prev)}")
     head = HEADER.pack(FORMAT_VERSION, flags, dict_id, stream_id, seq, prev)
-    checksum = _digest(head, payload, chain_key)
-    return b"".join((head, checksum, payload)), checksum
+    h = hashlib.blake2b(head, digest_size=CHECKSUM_BYTES, key=chain_key)
+    h.update(payload)
+    checksum = h.digest()
+    return head + checksum + payload, checksum
 
 
 def read_header(data: bytes) -> tuple[int, int, int, int, int, bytes, bytes]:

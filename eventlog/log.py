@@ -179,7 +179,7 @@ the transaction it is given.
 """
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Item:
     stream: str
     frame: Any
@@ -189,7 +189,7 @@ class _Item:
     aio: tuple[asyncio.AbstractEventLoop, asyncio.Future[Appended]] | None = None
     payload: bytes = b""
     flags: int = 0
-    result: Appended | BaseException | None = field(default=None, repr=False)
+    result: Appended | BaseException | int | None = field(default=None, repr=False)
 
 
 def _u64(n: int) -> bytes:
@@ -245,6 +245,11 @@ class EventLog:
         self._deferred: list[BaseException] = []
         self._closed = False
         self._stopping = False
+        self._committing = False  # a thread (writer or leading caller) is committing
+        # The committer's view of the log's end: (seq, checksum) per stream id and the last
+        # global seq. Valid while no other process appends; checked at each commit.
+        self._tails: dict[int, tuple[int, bytes]] = {}
+        self._gseq: int | None = None
         self._commits = 0
         self._log_bytes = 0
         self._frames_appended = 0
@@ -263,16 +268,22 @@ class EventLog:
         readonly: bool = False,
         extra_tables: Iterable[str] = (),
         map_size_max: int | None = None,
+        map_size_initial: int | None = None,
         **options: Any,
     ) -> EventLog:
         """Open (or create) the log stored in directory ``path`` on the LMDB backend."""
-        from backends.lmdb import MAP_SIZE_MAX, LmdbBackend  # noqa: PLC0415 - keep lmdb optional
+        from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
+            MAP_SIZE_INITIAL,
+            MAP_SIZE_MAX,
+            LmdbBackend,
+        )
 
         backend = LmdbBackend(
             path,
             tables=(*CORE_TABLES, *extra_tables),
             durability=durability,
             readonly=readonly,
+            map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
             map_size_max=map_size_max or MAP_SIZE_MAX,
             marker_table=META,
         )
@@ -338,11 +349,12 @@ class EventLog:
             )
 
     def _make_item(self, stream: str, frame: Any, expect_seq: int | None, effect: Any) -> _Item:
-        stream_key_bytes(stream, self._max_key)
+        if stream not in self._ids:  # a stream that has an id was validated already
+            stream_key_bytes(stream, self._max_key)
         return _Item(stream, frame, expect_seq, effect)
 
-    def _enqueue(self, items: Sequence[_Item], *, durable: bool) -> None:
-        """Queue (or buffer) items in call order; wake the writer."""
+    def _enqueue(self, items: Sequence[_Item], *, durable: bool, lead: bool = False) -> None:
+        """Queue (or buffer) items in call order; wake the writer unless the caller leads."""
         with self._cond:
             self._check_open()
             self._ensure_writer()
@@ -353,7 +365,8 @@ class EventLog:
                         self._buffered -= len(buffered)
                         self._queue.extend(buffered)
                     self._queue.append(it)
-                self._cond.notify()
+                if not lead or self._committing:
+                    self._cond.notify()
             else:
                 for it in items:
                     self._buffers.setdefault(it.stream, []).append(it)
@@ -379,12 +392,33 @@ class EventLog:
         it will get (optimistic concurrency): otherwise it fails with :class:`SequenceConflict`.
         """
         item = self._make_item(stream, frame, expect_seq, effect)
-        if durable:
-            item.future = Future()
-        self._enqueue((item,), durable=durable)
-        if item.future is None:
+        if not durable:
+            self._enqueue((item,), durable=False)
             return None
+        item.future = Future()
+        self._enqueue((item,), durable=True, lead=True)
+        self._lead()
         return item.future.result()
+
+    def _lead(self) -> None:
+        """Commit the queue in this (synchronous) caller's thread when no commit is running.
+
+        Saves the two thread hand-offs of waking the writer and being woken by it, which
+        dominate a lone durable append. Commits stay mutually exclusive (``_committing``), so
+        the order and the single-committer invariants hold whichever thread commits.
+        """
+        with self._cond:
+            if self._committing or not self._queue:
+                return
+            self._committing = True
+            batch = self._take_batch_locked()
+        try:
+            self._commit_safely(batch)
+        finally:
+            with self._cond:
+                self._committing = False
+                if self._queue:
+                    self._cond.notify()  # the writer takes what arrived meanwhile
 
     def append_many(
         self, items: Iterable[tuple[str, Any]], *, durable: bool = True
@@ -490,35 +524,57 @@ class EventLog:
     # -- the writer ----------------------------------------------------------------------------
 
     def _ensure_writer(self) -> None:
-        if self._writer is not None and self._pid == os.getpid() and self._writer.is_alive():
-            return
+        if self._writer is not None and self._pid == os.getpid():
+            return  # the writer never exits before close() (see _run)
         self._pid = os.getpid()
         self._writer = threading.Thread(
             target=self._run, name=f"ckptlog-writer:{self.backend.location}", daemon=True
         )
         self._writer.start()
 
+    def _take_batch_locked(self) -> list[_Item]:
+        n = min(len(self._queue), self.batch_frames_max)
+        self._last_flush = time.monotonic()
+        return [self._queue.popleft() for _ in range(n)]
+
+    def _commit_safely(self, batch: list[_Item]) -> None:
+        try:
+            self._commit(batch)
+        except BaseException as e:  # noqa: BLE001 - no batch may stop later commits
+            for it in batch:
+                it.result = e
+            self._resolve(batch)
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._stopping:
+                while (not self._queue or self._committing) and not self._stopping:
                     timeout = None
                     if self.flush_interval is not None and self._buffered:
                         timeout = self.flush_interval - (time.monotonic() - self._last_flush)
                         if timeout <= 0:
                             self._drain_buffers_locked()
-                            break
+                            if not self._committing:
+                                break
+                            timeout = None
                     self._cond.wait(timeout)
-                if not self._queue and self._stopping:
-                    return
-                n = min(len(self._queue), self.batch_frames_max)
-                batch = [self._queue.popleft() for _ in range(n)]
-                self._last_flush = time.monotonic()
-            self._commit(batch)
+                if self._stopping and (not self._queue or self._committing):
+                    if not self._queue:
+                        return
+                    self._cond.wait()
+                    continue
+                self._committing = True
+                batch = self._take_batch_locked()
+            try:
+                self._commit_safely(batch)
+            finally:
+                with self._cond:
+                    self._committing = False
+                    self._cond.notify_all()
 
     def _prepare(self, item: _Item) -> bool:
         """Encode and compress outside the transaction; ``False`` when the item failed."""
-        if isinstance(item.frame, _DEFERRED_TYPES):
+        if isinstance(item.frame, DeferredFrame):
             return True  # built and encoded inside the transaction
         try:
             self._encode(item, item.frame)
@@ -544,7 +600,14 @@ class EventLog:
     def _run_write(self, items: list[_Item]) -> dict[str, int]:
         hooks = self.txn_hooks
 
+        attempts = 0
+
         def body(txn: WriteTxn) -> dict[str, int]:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:  # a retry: what the aborted attempt cached never committed
+                self._tails.clear()
+                self._gseq = None
             if hooks is not None:
                 hooks.begin()
             return self._write(txn, items)
@@ -552,6 +615,8 @@ class EventLog:
         try:
             new_ids = self.backend.run_write(body)
         except BaseException:
+            self._tails.clear()  # they may hold what the aborted transaction appended
+            self._gseq = None
             if hooks is not None:
                 hooks.aborted()
             raise
@@ -581,25 +646,50 @@ class EventLog:
                 for it in frames:
                     it.result = e
         for it in frames:
-            if isinstance(it.result, Appended):
-                self._log_bytes += it.result.stored_bytes
+            res = it.result
+            if isinstance(res, int):
+                self._log_bytes += res
+                self._frames_appended += 1
+                it.result = None
+            elif isinstance(res, Appended):
+                self._log_bytes += res.stored_bytes
                 self._frames_appended += 1
         self._resolve(batch)
 
     def _write(self, txn: WriteTxn, items: list[_Item]) -> dict[str, int]:
-        """Append ``items`` in one transaction; returns stream ids created by it."""
+        """Append ``items`` in one transaction; returns stream ids created by it.
+
+        Log and index entries are collected and written with one ``append_many`` / ``put_many``
+        each; they are written out before any deferred frame or effect runs, so those always
+        see the transaction as it stands.
+        """
         new_ids: dict[str, int] = {}
-        tails: dict[int, tuple[int, bytes]] = {}
-        last = txn.last_key(LOG)
-        gseq = U64.unpack(last)[0] if last is not None else 0
+        tails = self._tails  # committed tails; re-checked below, dropped on abort
+        gseq = self._gseq
+        if gseq is None or txn.get(LOG, U64.pack(gseq + 1)) is not None:
+            last = txn.last_key(LOG)  # first commit, or another process appended
+            gseq = U64.unpack(last)[0] if last is not None else 0
+            tails.clear()
         next_id: int | None = None
+        log_rows: list[tuple[bytes, bytes]] = []
+        index_rows: list[tuple[bytes, bytes]] = []
+        chain_key = self._chain_key
+        known = self._ids
+
+        def write_pending() -> None:
+            if log_rows:
+                txn.append_many(LOG, log_rows)
+                txn.put_many(STREAMS, index_rows)
+                log_rows.clear()
+                index_rows.clear()
+
         for it in items:
             it.result = None
-            key = it.stream.encode("utf-8", "surrogatepass")
-            sid = self._ids.get(it.stream) or new_ids.get(it.stream)
+            stream = it.stream
+            sid = known.get(stream) or new_ids.get(stream)
             fresh = False  # a new stream: its id is recorded only once a frame is appended
             if sid is None:
-                raw_id = txn.get(STREAM_IDS, key)
+                raw_id = txn.get(STREAM_IDS, stream.encode("utf-8", "surrogatepass"))
                 if raw_id is not None:
                     sid = U64.unpack(raw_id)[0]
                 else:
@@ -610,38 +700,49 @@ class EventLog:
             tail = tails.get(sid)
             if tail is None:
                 tail = (0, ZERO_CHECKSUM) if fresh else _read_tail(txn, sid)
+                tails[sid] = tail
             seq = tail[0] + 1
             if it.expect_seq is not None and it.expect_seq != seq:
                 it.result = SequenceConflict(
-                    f"stream {it.stream!r} is at seq {tail[0]}, so this append would get seq "
+                    f"stream {stream!r} is at seq {tail[0]}, so this append would get seq "
                     f"{seq}, but it expected seq {it.expect_seq}; another writer appended "
                     "(or an earlier frame failed): reload the stream and try again"
                 )
                 continue
-            deferred = it.frame if isinstance(it.frame, _DEFERRED_TYPES) else None
+            deferred = it.frame if isinstance(it.frame, DeferredFrame) else None
             if deferred is not None:
-                frame = deferred.build(txn, it.stream, sid, seq)
+                write_pending()
+                frame = deferred.build(txn, stream, sid, seq)
                 if frame is None:
                     continue  # nothing to append (e.g. deleting an unknown invocation)
                 self._encode(it, frame)  # raising aborts; the batch is then isolated
             if fresh:
-                txn.put(STREAM_IDS, key, _u64(sid))
-                txn.put(STREAM_NAMES, _u64(sid), key)
-                new_ids[it.stream] = sid
+                raw_key = stream.encode("utf-8", "surrogatepass")
+                txn.put(STREAM_IDS, raw_key, U64.pack(sid))
+                txn.put(STREAM_NAMES, U64.pack(sid), raw_key)
+                new_ids[stream] = sid
                 next_id = sid + 1
             envelope, checksum = seal(
-                sid, seq, tail[1], it.payload, flags=it.flags, chain_key=self._chain_key
+                sid, seq, tail[1], it.payload, flags=it.flags, chain_key=chain_key
             )
             gseq += 1
-            txn.append(LOG, _u64(gseq), envelope)
-            txn.put(STREAMS, U64X2.pack(sid, seq), _u64(gseq))
+            gkey = U64.pack(gseq)
+            log_rows.append((gkey, envelope))
+            index_rows.append((U64X2.pack(sid, seq), gkey))
             tails[sid] = (seq, checksum)
-            done = Appended(it.stream, seq, gseq, checksum, len(envelope))
+            if deferred is None and it.effect is None and it.future is None and it.aio is None:
+                it.result = len(envelope)  # nobody reads where it landed: only count it
+                continue
+            done = Appended(stream, seq, gseq, checksum, len(envelope))
+            if deferred is not None or it.effect is not None:
+                write_pending()
             if deferred is not None:
                 deferred.appended(txn, done)
             if it.effect is not None:
                 it.effect(txn, done, it.frame)
             it.result = done
+        write_pending()
+        self._gseq = gseq
         return new_ids
 
     def _resolve(self, batch: list[_Item]) -> None:
@@ -850,9 +951,6 @@ class DeferredFrame:
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         raise NotImplementedError
-
-
-_DEFERRED_TYPES = (DeferredFrame,)
 
 
 def _resolve_aio(items: list[_Item]) -> None:
