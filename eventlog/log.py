@@ -657,93 +657,44 @@ class EventLog:
         self._resolve(batch)
 
     def _write(self, txn: WriteTxn, items: list[_Item]) -> dict[str, int]:
-        """Append ``items`` in one transaction; returns stream ids created by it.
-
-        Log and index entries are collected and written with one ``append_many`` / ``put_many``
-        each; they are written out before any deferred frame or effect runs, so those always
-        see the transaction as it stands.
-        """
-        new_ids: dict[str, int] = {}
-        tails = self._tails  # committed tails; re-checked below, dropped on abort
-        gseq = self._gseq
-        if gseq is None or txn.get(LOG, U64.pack(gseq + 1)) is not None:
-            last = txn.last_key(LOG)  # first commit, or another process appended
-            gseq = U64.unpack(last)[0] if last is not None else 0
-            tails.clear()
-        next_id: int | None = None
-        log_rows: list[tuple[bytes, bytes]] = []
-        index_rows: list[tuple[bytes, bytes]] = []
-        chain_key = self._chain_key
-        known = self._ids
-
-        def write_pending() -> None:
-            if log_rows:
-                txn.append_many(LOG, log_rows)
-                txn.put_many(STREAMS, index_rows)
-                log_rows.clear()
-                index_rows.clear()
-
+        """Append ``items`` in one transaction; returns stream ids created by it."""
+        w = _TxnWriter(self, txn)
         for it in items:
             it.result = None
-            stream = it.stream
-            sid = known.get(stream) or new_ids.get(stream)
-            fresh = False  # a new stream: its id is recorded only once a frame is appended
-            if sid is None:
-                raw_id = txn.get(STREAM_IDS, stream.encode("utf-8", "surrogatepass"))
-                if raw_id is not None:
-                    sid = U64.unpack(raw_id)[0]
-                else:
-                    if next_id is None:
-                        last_id = txn.last_key(STREAM_NAMES)
-                        next_id = (U64.unpack(last_id)[0] if last_id is not None else 0) + 1
-                    sid, fresh = next_id, True
-            tail = tails.get(sid)
-            if tail is None:
-                tail = (0, ZERO_CHECKSUM) if fresh else _read_tail(txn, sid)
-                tails[sid] = tail
+            sid, fresh = w.stream_id(it.stream)
+            tail = w.tail(sid, fresh)
             seq = tail[0] + 1
             if it.expect_seq is not None and it.expect_seq != seq:
                 it.result = SequenceConflict(
-                    f"stream {stream!r} is at seq {tail[0]}, so this append would get seq "
+                    f"stream {it.stream!r} is at seq {tail[0]}, so this append would get seq "
                     f"{seq}, but it expected seq {it.expect_seq}; another writer appended "
                     "(or an earlier frame failed): reload the stream and try again"
                 )
                 continue
             deferred = it.frame if isinstance(it.frame, DeferredFrame) else None
             if deferred is not None:
-                write_pending()
-                frame = deferred.build(txn, stream, sid, seq)
+                w.write_pending()
+                frame = deferred.build(txn, it.stream, sid, seq)
                 if frame is None:
                     continue  # nothing to append (e.g. deleting an unknown invocation)
                 self._encode(it, frame)  # raising aborts; the batch is then isolated
             if fresh:
-                raw_key = stream.encode("utf-8", "surrogatepass")
-                txn.put(STREAM_IDS, raw_key, U64.pack(sid))
-                txn.put(STREAM_NAMES, U64.pack(sid), raw_key)
-                new_ids[stream] = sid
-                next_id = sid + 1
-            envelope, checksum = seal(
-                sid, seq, tail[1], it.payload, flags=it.flags, chain_key=chain_key
-            )
-            gseq += 1
-            gkey = U64.pack(gseq)
-            log_rows.append((gkey, envelope))
-            index_rows.append((U64X2.pack(sid, seq), gkey))
-            tails[sid] = (seq, checksum)
+                w.register(it.stream, sid)
+            gseq, checksum, size = w.add(sid, seq, tail[1], it)
             if deferred is None and it.effect is None and it.future is None and it.aio is None:
-                it.result = len(envelope)  # nobody reads where it landed: only count it
+                it.result = size  # nobody reads where it landed: only count it
                 continue
-            done = Appended(stream, seq, gseq, checksum, len(envelope))
+            done = Appended(it.stream, seq, gseq, checksum, size)
             if deferred is not None or it.effect is not None:
-                write_pending()
+                w.write_pending()
             if deferred is not None:
                 deferred.appended(txn, done)
             if it.effect is not None:
                 it.effect(txn, done, it.frame)
             it.result = done
-        write_pending()
-        self._gseq = gseq
-        return new_ids
+        w.write_pending()
+        self._gseq = w.gseq
+        return w.new_ids
 
     def _resolve(self, batch: list[_Item]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
@@ -941,6 +892,78 @@ class EventLog:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.close)
+
+
+class _TxnWriter:
+    """The state of one write transaction of :meth:`EventLog._write`.
+
+    Log and index rows are collected and written with one ``append_many`` / ``put_many``
+    each; :meth:`write_pending` runs before any deferred frame or effect, so those always see
+    the transaction as it stands.
+    """
+
+    def __init__(self, log: EventLog, txn: WriteTxn) -> None:
+        self.txn = txn
+        self.known = log._ids
+        self.tails = log._tails
+        self.chain_key = log._chain_key
+        self.new_ids: dict[str, int] = {}
+        self.next_id: int | None = None
+        self.log_rows: list[tuple[bytes, bytes]] = []
+        self.index_rows: list[tuple[bytes, bytes]] = []
+        gseq = log._gseq
+        if gseq is None or txn.get(LOG, U64.pack(gseq + 1)) is not None:
+            last = txn.last_key(LOG)  # first commit, or another process appended
+            gseq = U64.unpack(last)[0] if last is not None else 0
+            self.tails.clear()
+        self.gseq: int = gseq
+
+    def stream_id(self, stream: str) -> tuple[int, bool]:
+        """``(id, fresh)``: a fresh stream's id is recorded only once a frame lands."""
+        sid = self.known.get(stream) or self.new_ids.get(stream)
+        if sid is not None:
+            return sid, False
+        raw_id = self.txn.get(STREAM_IDS, stream.encode("utf-8", "surrogatepass"))
+        if raw_id is not None:
+            found: int = U64.unpack(raw_id)[0]
+            return found, False
+        if self.next_id is None:
+            last_id = self.txn.last_key(STREAM_NAMES)
+            self.next_id = (U64.unpack(last_id)[0] if last_id is not None else 0) + 1
+        return self.next_id, True
+
+    def tail(self, sid: int, fresh: bool) -> tuple[int, bytes]:
+        tail = self.tails.get(sid)
+        if tail is None:
+            tail = (0, ZERO_CHECKSUM) if fresh else _read_tail(self.txn, sid)
+            self.tails[sid] = tail
+        return tail
+
+    def register(self, stream: str, sid: int) -> None:
+        raw_key = stream.encode("utf-8", "surrogatepass")
+        self.txn.put(STREAM_IDS, raw_key, U64.pack(sid))
+        self.txn.put(STREAM_NAMES, U64.pack(sid), raw_key)
+        self.new_ids[stream] = sid
+        self.next_id = sid + 1
+
+    def add(self, sid: int, seq: int, prev: bytes, it: _Item) -> tuple[int, bytes, int]:
+        """Seal and queue one frame; ``(global seq, checksum, stored bytes)``."""
+        envelope, checksum = seal(
+            sid, seq, prev, it.payload, flags=it.flags, chain_key=self.chain_key
+        )
+        self.gseq += 1
+        gkey = U64.pack(self.gseq)
+        self.log_rows.append((gkey, envelope))
+        self.index_rows.append((U64X2.pack(sid, seq), gkey))
+        self.tails[sid] = (seq, checksum)
+        return self.gseq, checksum, len(envelope)
+
+    def write_pending(self) -> None:
+        if self.log_rows:
+            self.txn.append_many(LOG, self.log_rows)
+            self.txn.put_many(STREAMS, self.index_rows)
+            self.log_rows.clear()
+            self.index_rows.clear()
 
 
 class DeferredFrame:
