@@ -88,11 +88,32 @@ def seal(
         raise ValueError(f"stream seq starts at 1, got {seq}")
     if len(prev) != CHECKSUM_BYTES:
         raise ValueError(f"prev must be {CHECKSUM_BYTES} bytes, got {len(prev)}")
-    head = HEADER.pack(FORMAT_VERSION, flags, dict_id, stream_id, seq, prev)
-    h = hashlib.blake2b(head, digest_size=CHECKSUM_BYTES, key=chain_key)
+    if flags & ~KNOWN_FLAGS:
+        raise ValueError(
+            f"flags {flags:#x} include bits no reader accepts (known: {KNOWN_FLAGS:#x})"
+        )
+    try:
+        head = HEADER.pack(FORMAT_VERSION, flags, dict_id, stream_id, seq, prev)
+    except struct.error as e:
+        raise ValueError(
+            f"envelope field out of range (stream id {stream_id}, seq {seq}, flags {flags}, "
+            f"dict id {dict_id}): {e}"
+        ) from e
+    h = _keyed(chain_key).copy()  # copying a keyed state is cheaper than keying anew
+    h.update(head)
     h.update(payload)
     checksum = h.digest()
     return head + checksum + payload, checksum
+
+
+_KEYED: dict[bytes, Any] = {}
+
+
+def _keyed(chain_key: bytes) -> Any:
+    h = _KEYED.get(chain_key)
+    if h is None:
+        h = _KEYED[chain_key] = hashlib.blake2b(digest_size=CHECKSUM_BYTES, key=chain_key)
+    return h
 
 
 def read_header(data: bytes) -> tuple[int, int, int, int, int, bytes, bytes]:

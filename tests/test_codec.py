@@ -366,3 +366,12 @@ def test_pipeline_round_trips(
     back = SER.decode(Compressor().decompress(env.payload, env.flags, max_bytes=len(raw)))
     assert back == ev
     assert typed(back.data) == typed(ev.data)
+
+
+def test_seal_refuses_what_no_reader_accepts() -> None:
+    with pytest.raises(ValueError, match=r"flags 0x4 include bits no reader accepts"):
+        seal(1, 1, bytes(16), b"x", flags=4)
+    with pytest.raises(ValueError, match=r"envelope field out of range \(stream id -1"):
+        seal(-1, 1, bytes(16), b"x")
+    with pytest.raises(ValueError, match=r"out of range .*seq 18446744073709551616"):
+        seal(1, 2**64, bytes(16), b"x")
