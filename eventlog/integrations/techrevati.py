@@ -1,0 +1,658 @@
+"""techrevati-runtime's ``CheckpointSaver`` (and ``StepCheckpointSaver``) on the ckptlog log.
+
+:class:`LogSaver` is a drop-in for ``techrevati.runtime.SqliteSaver``: pass it as
+``AgentSession(saver=...)``. Each thread is one stream of the log, ``techrevati:<thread_id>``,
+whose frames are :class:`eventlog.frames.Event` s named ``techrevati.checkpoint``,
+``techrevati.step`` and ``techrevati.delete``.
+
+Invariants:
+- Every ``put`` / ``put_step`` / ``delete`` appends one frame (a delete with nothing live
+  appends nothing), built inside the write transaction against the thread's head row (table
+  ``techrevati``), so the order of the log is the order of the thread: a checkpoint id starts
+  with its frame's seq (16 hex digits, then 16 random ones) and ``created_at`` is
+  ``max(now, previous created_at + 1 µs)``. Ids,
+  ``created_at`` and ``list`` order therefore agree, and ``get(t)`` equals ``list(t)[0]``
+  whatever the clock does (both upstream savers order ties by a random id).
+- The head row (latest checkpoint, latest delete, clock) and the step index are written in the
+  same transaction as the frame; both are a fold of the stream, which :meth:`LogSaver.verify`
+  checks. A checkpoint frame links to the previous live checkpoint, so ``get`` reads one row
+  and one frame, and ``list`` reads ``limit`` frames, whatever the history holds.
+- Values are stored as the JSON text the upstream savers store (``json.dumps(...,
+  ensure_ascii=False)``); every read decodes that text again, so callers always get new
+  objects equal to the JSON round trip of what they saved (tuples come back as lists).
+- Validation raises upstream's exception types with upstream's messages, before anything is
+  written. ``put`` and ``put_step`` return once their frame is durable; storage failures raise
+  :class:`eventlog.errors.StorageError`, an ``OSError``, so the runtime classifies them as
+  dependency failures.
+- ``delete`` appends a delete frame; nothing is erased, so ``history`` still shows every
+  checkpoint and step the thread had (forensic replay), while reads no longer see them.
+- ``Event.data`` shapes evolve like frames: fields are only added, each with a default
+  (decoding ignores fields it does not know); tests/test_techrevati.py pins their bytes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import os
+import secrets
+import struct
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import msgspec
+from techrevati.runtime import Checkpoint, StepRecord
+
+from backends.base import Backend, Durability, ReadTxn, WriteTxn
+from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.frames import Event
+from eventlog.log import (
+    STREAM_IDS,
+    Appended,
+    DeferredFrame,
+    EventLog,
+    Problem,
+    VerifyReport,
+    stream_key_bytes,
+)
+
+__all__ = ["TABLE", "TABLES", "HistoryItem", "LogSaver"]
+
+TABLE: Final = "techrevati"
+TABLES: Final = (TABLE,)
+STREAM_PREFIX: Final = "techrevati:"
+CHECKPOINT: Final = "techrevati.checkpoint"
+STEP: Final = "techrevati.step"
+DELETE: Final = "techrevati.delete"
+
+_HEAD: Final = b"h"  # + stream id (u64): the thread's _Head
+_STEPS: Final = b"s"  # + stream id (u64) + blake2b-128 of the step key: the step frame's seq
+_U64: Final = struct.Struct(">Q")
+_SEQ_HEX: Final = 16  # a checkpoint id is 16 hex digits of seq, then 16 random hex digits
+_ID_LEN: Final = 32
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+# -- stored shapes ---------------------------------------------------------------------------------
+
+
+class _Head(msgspec.Struct, array_like=True):
+    """A thread's materialized head: a fold of its frames (see :func:`_apply`)."""
+
+    cp: int = 0  # seq of the latest live checkpoint (0: none)
+    base: int = 0  # seq of the latest delete (checkpoints and steps after it are live)
+    clock: int = 0  # the greatest created_at so far, in µs since the epoch
+
+
+class _Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """``Event.data`` of a ``techrevati.checkpoint`` frame."""
+
+    id: str
+    created_at: str
+    state: bytes  # UTF-8 JSON text (surrogates passed through, as Python's json allows)
+    metadata: bytes
+    parent_id: str | None = None
+    prev: int = 0  # seq of the previous live checkpoint of the thread (0: none)
+
+
+class _Step(msgspec.Struct, frozen=True, kw_only=True):
+    """``Event.data`` of a ``techrevati.step`` frame."""
+
+    key: str
+    created_at: str
+    state: bytes
+
+
+class HistoryItem(msgspec.Struct, frozen=True):
+    """One frame of a thread, as :meth:`LogSaver.history` reports it."""
+
+    seq: int
+    kind: str  # "checkpoint" | "step" | "delete"
+    at: float  # wall-clock time of the call (``time.time()``)
+    checkpoint: Checkpoint | None = None
+    step: StepRecord | None = None
+
+
+_head_enc = msgspec.msgpack.Encoder()
+_head_dec = msgspec.msgpack.Decoder(_Head)
+
+
+# -- upstream's validation, with upstream's exception types and messages ---------------------------
+
+
+def _non_empty(field_name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{field_name} must be a string")
+    if not value.strip():
+        raise ValueError(f"{field_name} must not be empty")
+    return value
+
+
+def _optional_non_empty(field_name: str, value: Any) -> str | None:
+    return None if value is None else _non_empty(field_name, value)
+
+
+def _limit(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("limit must be an integer")
+    return value
+
+
+def _json_text(field_name: str, value: Any) -> bytes:
+    """The JSON text upstream stores for a state or metadata mapping, as UTF-8 bytes."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{field_name} must be a mapping")
+    copied = dict(value)
+    for key in copied:
+        if not isinstance(key, str):
+            raise TypeError(f"{field_name} keys must be strings")
+    try:
+        text = json.dumps(copied, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{field_name} must be JSON-serializable") from exc
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _loads(raw: bytes) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(raw.decode("utf-8", "surrogatepass"))
+    return value
+
+
+# -- small pure helpers ----------------------------------------------------------------------------
+
+
+def _iso(micros: int) -> str:
+    return (_EPOCH + micros * _MICROSECOND).isoformat(timespec="microseconds")
+
+
+def _micros(created_at: str) -> int:
+    return (datetime.fromisoformat(created_at) - _EPOCH) // _MICROSECOND
+
+
+def _seq_of(checkpoint_id: str) -> int | None:
+    """The frame seq a checkpoint id names, or ``None`` when it is not one of ours."""
+    if len(checkpoint_id) != _ID_LEN:
+        return None
+    try:
+        return int(checkpoint_id[:_SEQ_HEX], 16)
+    except ValueError:
+        return None
+
+
+def _step_digest(step_key: str) -> bytes:
+    return hashlib.blake2b(step_key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _head_key(sid: int) -> bytes:
+    return _HEAD + _U64.pack(sid)
+
+
+def _steps_prefix(sid: int) -> bytes:
+    return _STEPS + _U64.pack(sid)
+
+
+def _apply(head: _Head, frame: Any, seq: int) -> _Head:
+    """The head after ``frame`` (the fold :meth:`LogSaver.verify` checks rows against)."""
+    if not isinstance(frame, Event):
+        raise CorruptFrame(f"seq {seq} is a {type(frame).__name__} frame, not a techrevati event")
+    if frame.name == CHECKPOINT:
+        data = msgspec.convert(frame.data, _Checkpoint)
+        return _Head(seq, head.base, max(head.clock, _micros(data.created_at)))
+    if frame.name == STEP:
+        step = msgspec.convert(frame.data, _Step)
+        return _Head(head.cp, head.base, max(head.clock, _micros(step.created_at)))
+    if frame.name == DELETE:
+        return _Head(0, seq, head.clock)
+    raise CorruptFrame(f"seq {seq} is an event named {frame.name!r}, not a techrevati event")
+
+
+# -- frames built inside the write transaction -----------------------------------------------------
+
+
+class _Write(DeferredFrame):
+    """Reads the thread's head row in the transaction, builds the frame, updates the rows."""
+
+    __slots__ = ("head", "sid")
+
+    def __init__(self) -> None:
+        self.sid = 0
+        self.head = _Head()
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Event | None:
+        self.sid = sid
+        raw = txn.get(TABLE, _head_key(sid))
+        return self.make(txn, _head_dec.decode(raw) if raw is not None else _Head(), seq)
+
+    def make(self, txn: WriteTxn, head: _Head, seq: int) -> Event | None:
+        raise NotImplementedError
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        txn.put(TABLE, _head_key(self.sid), _head_enc.encode(self.head))
+
+
+def _tick(head: _Head, clock: Callable[[], float]) -> int:
+    """A created_at after every earlier one of the thread, even if the clock stepped back."""
+    return max(round(clock() * 1_000_000), head.clock + 1)
+
+
+class _PutCheckpoint(_Write):
+    __slots__ = ("clock", "created_at", "id", "metadata", "parent_id", "salt", "state")
+
+    def __init__(
+        self, state: bytes, metadata: bytes, parent_id: str | None, clock: Callable[[], float]
+    ) -> None:
+        super().__init__()
+        self.clock = clock
+        self.state = state
+        self.metadata = metadata
+        self.parent_id = parent_id
+        self.salt = secrets.token_hex(_SEQ_HEX // 2)  # ids stay unique across threads and logs
+        self.id = ""
+        self.created_at = ""
+
+    def make(self, txn: WriteTxn, head: _Head, seq: int) -> Event:
+        micros = _tick(head, self.clock)
+        self.id = f"{seq:0{_SEQ_HEX}x}{self.salt}"
+        self.created_at = _iso(micros)
+        self.head = _Head(seq, head.base, micros)
+        data = _Checkpoint(
+            id=self.id,
+            created_at=self.created_at,
+            state=self.state,
+            metadata=self.metadata,
+            parent_id=self.parent_id,
+            prev=head.cp,
+        )
+        return Event(name=CHECKPOINT, data=data, at=time.time())
+
+
+class _PutStep(_Write):
+    __slots__ = ("clock", "created_at", "digest", "key", "state")
+
+    def __init__(self, key: str, state: bytes, clock: Callable[[], float]) -> None:
+        super().__init__()
+        self.clock = clock
+        self.key = key
+        self.digest = _step_digest(key)
+        self.state = state
+        self.created_at = ""
+
+    def make(self, txn: WriteTxn, head: _Head, seq: int) -> Event:
+        micros = _tick(head, self.clock)
+        self.created_at = _iso(micros)
+        self.head = _Head(head.cp, head.base, micros)
+        data = _Step(key=self.key, created_at=self.created_at, state=self.state)
+        return Event(name=STEP, data=data, at=time.time())
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        super().appended(txn, done)
+        txn.put(TABLE, _steps_prefix(self.sid) + self.digest, _U64.pack(done.seq))
+
+
+class _Delete(_Write):
+    __slots__ = ()
+
+    def make(self, txn: WriteTxn, head: _Head, seq: int) -> Event | None:
+        steps = next(iter(txn.scan_prefix(TABLE, _steps_prefix(self.sid), limit=1)), None)
+        if head.cp == 0 and steps is None:
+            return None  # nothing live: a no-op, nothing logged (as upstream, no error)
+        self.head = _Head(0, seq, head.clock)
+        return Event(name=DELETE, data=None, at=time.time())
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        super().appended(txn, done)
+        txn.delete_prefix(TABLE, _steps_prefix(self.sid))
+
+
+# -- the saver -------------------------------------------------------------------------------------
+
+
+class LogSaver:
+    """``techrevati.runtime.CheckpointSaver`` and ``StepCheckpointSaver`` on an :class:`EventLog`.
+
+    Thread-safe. Open one with :meth:`open` (it then owns its log and closes it) or hand it an
+    :class:`EventLog` whose backend declares :data:`TABLES` (``EventLog.open(path,
+    extra_tables=TABLES)``; a memory backend needs nothing). ``clock`` (seconds since the
+    epoch, ``time.time`` by default) stamps ``created_at``; tests step it back to check order.
+    """
+
+    def __init__(
+        self, log: EventLog, *, owns_log: bool = False, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.log = log
+        self.clock = clock
+        self._owns_log = owns_log
+        self._max_key = log.backend.max_key_bytes
+        try:
+            with log.backend.read() as txn:
+                txn.get(TABLE, _head_key(0))
+        except CheckpointError as e:
+            raise CheckpointError(
+                f"the log at {log.backend.location!r} has no {TABLE!r} table ({e}); open it "
+                "with EventLog.open(path, extra_tables=eventlog.integrations.techrevati.TABLES) "
+                "or use LogSaver.open(path)"
+            ) from e
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability | str = "fsync",
+        readonly: bool = False,
+        clock: Callable[[], float] = time.time,
+        **options: Any,
+    ) -> LogSaver:
+        """Open (or create) the log in directory ``path``; ``close()`` closes it."""
+        log = EventLog.open(
+            path, durability=durability, readonly=readonly, extra_tables=TABLES, **options
+        )
+        return cls(log, owns_log=True, clock=clock)
+
+    @classmethod
+    def on_backend(
+        cls, backend: Backend, *, clock: Callable[[], float] = time.time, **options: Any
+    ) -> LogSaver:
+        """A saver on any backend (e.g. ``backends.memory.MemoryBackend()``)."""
+        return cls(EventLog(backend, **options), owns_log=True, clock=clock)
+
+    # -- keys and rows -----------------------------------------------------------------------------
+
+    def _stream(self, thread_id: str) -> str:
+        """The stream of a thread, validated for writing (``InvalidStreamKey`` when too long)."""
+        stream = STREAM_PREFIX + thread_id
+        stream_key_bytes(stream, self._max_key)
+        return stream
+
+    def _locate(self, thread_id: str) -> tuple[str, int, _Head] | None:
+        """``(stream, stream id, head)`` of a thread, or ``None`` when it has no frames."""
+        stream = STREAM_PREFIX + thread_id
+        raw_key = stream.encode("utf-8", "surrogatepass")
+        if len(raw_key) > self._max_key:
+            return None  # no thread this long can have been saved
+        with self.log.backend.read() as txn:
+            sid = _sid(txn, raw_key)
+            if sid is None:
+                return None
+            raw = txn.get(TABLE, _head_key(sid))
+        if raw is None:
+            return None
+        return stream, sid, _head_dec.decode(raw)
+
+    def _checkpoint_frame(self, stream: str, seq: int) -> _Checkpoint:
+        sf = self.log.read_frame(stream, seq)
+        frame = sf.frame if sf is not None else None
+        if not isinstance(frame, Event) or frame.name != CHECKPOINT:
+            raise CorruptFrame(
+                f"stream {stream!r}: the head row points at seq {seq}, which is not a "
+                "techrevati checkpoint frame; run LogSaver.verify()",
+                stream=stream,
+                seq=seq,
+            )
+        return msgspec.convert(frame.data, _Checkpoint)
+
+    def _live(self, stream: str, head: _Head, checkpoint_id: str) -> _Checkpoint | None:
+        """The live checkpoint ``checkpoint_id`` of the thread, or ``None``."""
+        seq = _seq_of(checkpoint_id)
+        if seq is None or not head.base < seq <= head.cp:
+            return None
+        sf = self.log.read_frame(stream, seq)
+        frame = sf.frame if sf is not None else None
+        if not isinstance(frame, Event) or frame.name != CHECKPOINT:
+            return None  # that seq is a step: the id is not one of this thread's
+        data = msgspec.convert(frame.data, _Checkpoint)
+        return data if data.id == checkpoint_id else None
+
+    @staticmethod
+    def _to_checkpoint(thread_id: str, data: _Checkpoint) -> Checkpoint:
+        return Checkpoint(
+            id=data.id,
+            thread_id=thread_id,
+            created_at=data.created_at,
+            state=_loads(data.state),
+            parent_id=data.parent_id,
+            metadata=_loads(data.metadata),
+        )
+
+    # -- CheckpointSaver ---------------------------------------------------------------------------
+
+    def get(self, thread_id: str, checkpoint_id: str | None = None) -> Checkpoint | None:
+        """The checkpoint ``checkpoint_id`` of the thread, or its latest one when ``None``."""
+        thread_id = _non_empty("thread_id", thread_id)
+        checkpoint_id = _optional_non_empty("checkpoint_id", checkpoint_id)
+        found = self._locate(thread_id)
+        if found is None:
+            return None
+        stream, _, head = found
+        if checkpoint_id is None:
+            if head.cp == 0:
+                return None
+            return self._to_checkpoint(thread_id, self._checkpoint_frame(stream, head.cp))
+        data = self._live(stream, head, checkpoint_id)
+        return None if data is None else self._to_checkpoint(thread_id, data)
+
+    def put(
+        self,
+        thread_id: str,
+        state: Mapping[str, Any],
+        *,
+        parent_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Checkpoint:
+        """Append a checkpoint; returns it once it is durable."""
+        thread_id = _non_empty("thread_id", thread_id)
+        state_text = _json_text("state", state)
+        meta_text = _json_text("metadata", metadata or {})
+        parent_id = _optional_non_empty("parent_id", parent_id)
+        write = _PutCheckpoint(state_text, meta_text, parent_id, self.clock)
+        self.log.append(self._stream(thread_id), write)
+        return Checkpoint(
+            id=write.id,
+            thread_id=thread_id,
+            created_at=write.created_at,
+            state=_loads(state_text),
+            parent_id=parent_id,
+            metadata=_loads(meta_text),
+        )
+
+    def list(
+        self, thread_id: str, *, before: str | None = None, limit: int = 10
+    ) -> builtins.list[Checkpoint]:
+        """The thread's checkpoints, newest first; with ``before``, only those saved before it
+        (none when ``before`` is not a live checkpoint of the thread); at most ``limit``."""
+        thread_id = _non_empty("thread_id", thread_id)
+        before = _optional_non_empty("before", before)
+        limit = _limit(limit)
+        if limit <= 0:
+            return []
+        found = self._locate(thread_id)
+        if found is None:
+            return []
+        stream, _, head = found
+        if before is None:
+            seq = head.cp
+        else:
+            cursor = self._live(stream, head, before)
+            if cursor is None:
+                return []
+            seq = cursor.prev
+        out: builtins.list[Checkpoint] = []
+        while seq and len(out) < limit:
+            data = self._checkpoint_frame(stream, seq)
+            out.append(self._to_checkpoint(thread_id, data))
+            seq = data.prev
+        return out
+
+    def delete(self, thread_id: str) -> None:
+        """Hide every checkpoint and step of the thread (its frames stay in the log)."""
+        thread_id = _non_empty("thread_id", thread_id)
+        if self._locate(thread_id) is None:
+            return  # nothing saved (or the id is longer than any saved one can be)
+        self.log.append(self._stream(thread_id), _Delete())
+
+    # -- StepCheckpointSaver -----------------------------------------------------------------------
+
+    def put_step(self, thread_id: str, step_key: str, state: Mapping[str, Any]) -> StepRecord:
+        """Record (or replace) the step ``step_key`` of the thread; durable on return."""
+        thread_id = _non_empty("thread_id", thread_id)
+        step_key = _non_empty("step_key", step_key)
+        state_text = _json_text("state", state)
+        write = _PutStep(step_key, state_text, self.clock)
+        self.log.append(self._stream(thread_id), write)
+        return StepRecord(
+            thread_id=thread_id,
+            step_key=step_key,
+            created_at=write.created_at,
+            state=_loads(state_text),
+        )
+
+    def get_step(self, thread_id: str, step_key: str) -> StepRecord | None:
+        thread_id = _non_empty("thread_id", thread_id)
+        step_key = _non_empty("step_key", step_key)
+        found = self._locate(thread_id)
+        if found is None:
+            return None
+        stream, sid, _ = found
+        with self.log.backend.read() as txn:
+            raw = txn.get(TABLE, _steps_prefix(sid) + _step_digest(step_key))
+        if raw is None:
+            return None
+        step = self._step_frame(stream, _U64.unpack(raw)[0])
+        if step.key != step_key:
+            return None  # a 128-bit digest collision: the stored step is another key's
+        return _to_step(thread_id, step)
+
+    def list_steps(self, thread_id: str) -> builtins.list[StepRecord]:
+        """The thread's live steps ordered by ``(created_at, step_key)``, as upstream."""
+        thread_id = _non_empty("thread_id", thread_id)
+        found = self._locate(thread_id)
+        if found is None:
+            return []
+        stream, sid, _ = found
+        with self.log.backend.read() as txn:
+            seqs = sorted(_U64.unpack(v)[0] for _, v in txn.scan_prefix(TABLE, _steps_prefix(sid)))
+        # Each step's created_at is unique in its thread and grows with seq: seq order is it.
+        return [_to_step(thread_id, self._step_frame(stream, seq)) for seq in seqs]
+
+    def _step_frame(self, stream: str, seq: int) -> _Step:
+        sf = self.log.read_frame(stream, seq)
+        frame = sf.frame if sf is not None else None
+        if not isinstance(frame, Event) or frame.name != STEP:
+            raise CorruptFrame(
+                f"stream {stream!r}: the step index points at seq {seq}, which is not a "
+                "techrevati step frame; run LogSaver.verify()",
+                stream=stream,
+                seq=seq,
+            )
+        return msgspec.convert(frame.data, _Step)
+
+    # -- history and verification ------------------------------------------------------------------
+
+    def history(self, thread_id: str) -> Iterator[HistoryItem]:
+        """Every checkpoint, step and delete the thread ever had, oldest first (deleted ones
+        included: delete only hides them from reads). Frames are read as it is iterated."""
+        thread_id = _non_empty("thread_id", thread_id)  # raises now, not at the first next()
+        stream = STREAM_PREFIX + thread_id
+        if len(stream.encode("utf-8", "surrogatepass")) > self._max_key:
+            return iter(())
+        return self._history(thread_id, stream)
+
+    def _history(self, thread_id: str, stream: str) -> Iterator[HistoryItem]:
+        for sf in self.log.read_stream(stream):
+            frame = sf.frame
+            _apply(_Head(), frame, sf.seq)  # raises on a frame that is not ours
+            if frame.name == CHECKPOINT:
+                data = msgspec.convert(frame.data, _Checkpoint)
+                cp = self._to_checkpoint(thread_id, data)
+                yield HistoryItem(sf.seq, "checkpoint", frame.at, checkpoint=cp)
+            elif frame.name == STEP:
+                step = _to_step(thread_id, msgspec.convert(frame.data, _Step))
+                yield HistoryItem(sf.seq, "step", frame.at, step=step)
+            else:
+                yield HistoryItem(sf.seq, "delete", frame.at)
+
+    def verify(self) -> VerifyReport:
+        """The log's own checks, plus: every thread's head row and step index equal the fold of
+        its frames, and no row belongs to a thread without frames."""
+        report = self.log.verify()
+        with self.log.backend.read() as txn:
+            threads = [
+                (k.decode("utf-8", "surrogatepass"), _U64.unpack(v)[0])
+                for k, v in txn.scan_prefix(STREAM_IDS, STREAM_PREFIX.encode())
+            ]
+            rows = {_U64.unpack(k[1:9])[0] for k, _ in txn.scan_prefix(TABLE, _HEAD)}
+        for stream, sid in threads:
+            rows.discard(sid)
+            report.problems.extend(self._verify_thread(stream, sid))
+        for sid in sorted(rows):
+            report.problems.append(
+                Problem("projection", f"techrevati head row for stream id {sid} has no frames")
+            )
+        return report
+
+    def _verify_thread(self, stream: str, sid: int) -> builtins.list[Problem]:
+        head = _Head()
+        steps: dict[bytes, int] = {}
+        try:
+            for sf in self.log.read_stream(stream):
+                head = _apply(head, sf.frame, sf.seq)
+                if sf.frame.name == STEP:
+                    steps[_step_digest(msgspec.convert(sf.frame.data, _Step).key)] = sf.seq
+                elif sf.frame.name == DELETE:
+                    steps.clear()
+        except (CheckpointError, msgspec.ValidationError) as e:
+            return [Problem("projection", f"cannot fold the thread: {e}", stream=stream)]
+        with self.log.backend.read() as txn:
+            raw = txn.get(TABLE, _head_key(sid))
+            stored = {
+                k[len(_steps_prefix(sid)) :]: _U64.unpack(v)[0]
+                for k, v in txn.scan_prefix(TABLE, _steps_prefix(sid))
+            }
+        problems: builtins.list[Problem] = []
+        row = _head_dec.decode(raw) if raw is not None else None
+        if row != head:
+            problems.append(
+                Problem(
+                    "projection",
+                    f"techrevati head row is {row!r}, the fold of the frames gives {head!r}",
+                    stream=stream,
+                )
+            )
+        if stored != steps:
+            problems.append(
+                Problem(
+                    "projection",
+                    f"techrevati step index holds {len(stored)} entries, the fold gives "
+                    f"{len(steps)} (or they point at other frames)",
+                    stream=stream,
+                )
+            )
+        return problems
+
+    # -- lifetime ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the log if this saver opened it. Idempotent."""
+        if self._owns_log:
+            self.log.close()
+
+    def __enter__(self) -> LogSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _sid(txn: ReadTxn, raw_key: bytes) -> int | None:
+    raw = txn.get(STREAM_IDS, raw_key)
+    return None if raw is None else int(_U64.unpack(raw)[0])
+
+
+def _to_step(thread_id: str, step: _Step) -> StepRecord:
+    return StepRecord(
+        thread_id=thread_id, step_key=step.key, created_at=step.created_at, state=_loads(step.state)
+    )
