@@ -39,10 +39,12 @@ check: lint type test
 bench-smoke: $(STAMP_DEV)
 	$(PY) -m benchmarks.log_append --quick
 	$(PY) -m benchmarks.checkpoints --quick
+	$(PY) -m benchmarks.langgraph_growth --quick
 
 bench: $(STAMP_DEV)
 	$(PY) -m benchmarks.log_append
 	$(PY) -m benchmarks.checkpoints
+	$(PY) -m benchmarks.langgraph_growth
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache

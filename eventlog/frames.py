@@ -61,6 +61,21 @@ class Save(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="sv")
     instances: tuple[InstanceChange, ...] = ()
 
 
+class Compacted(msgspec.Struct, frozen=True, array_like=True):
+    """Where a compacted stream starts: the original frame its first snapshot stands for.
+
+    The snapshot holds the record as of original stream seq ``seq``, whose envelope checksum
+    in the original log was ``checksum`` (stream id ``stream_id`` there). Original frames
+    ``1..seq`` are not copied; the frames after ``seq`` follow with their stored payloads
+    unchanged, renumbered from 2, so the original chain can be recomputed from this one.
+    """
+
+    seq: int
+    checksum: bytes
+    stream_id: int
+    compacted_at: float
+
+
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="sn"):
     """A full record; fan-out instances are listed sparsely (absent = not started)."""
 
@@ -75,11 +90,91 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="
     layout: tuple[FanOutHeader, ...]
     instances: tuple[InstanceChange, ...]
     next_fid: int
+    compacted: Compacted | None = None  # set only on the first frame of a compacted stream
 
 
 class Tombstone(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="rm"):
     saved_at: float
 
 
-Frame = Event | Save | Snapshot | Tombstone
 CheckpointFrame = Save | Snapshot | Tombstone
+
+
+# -- LangGraph checkpoint streams (eventlog.integrations.langgraph) ----------------------------
+# One stream per (thread_id, checkpoint_ns). Values are LangGraph serde output (``type`` tag +
+# bytes from ``serde.dumps_typed``), stored opaque: the log never interprets them.
+
+BLOB_FULL = 0  # ``data`` is the whole value
+BLOB_EMPTY = 1  # the channel has this version but no value
+BLOB_APPEND = 2  # the list at frame ``base`` (same channel) + the list ``data`` decodes to
+BLOB_PATCH = 3  # ``data`` is a zstd patch: dictionary = the full bytes of the blob at ``base``
+
+
+class LgBlob(msgspec.Struct, frozen=True, array_like=True):
+    """A channel's value at one version; ``base`` is a seq of this stream (0: none)."""
+
+    channel: str
+    version: str | int | float
+    kind: int
+    type: str = ""
+    data: bytes = b""
+    base: int = 0
+
+
+class LgWrite(msgspec.Struct, frozen=True, array_like=True):
+    """One pending write; ``idx`` < 0 for special channels (LangGraph's WRITES_IDX_MAP)."""
+
+    idx: int
+    channel: str
+    type: str
+    data: bytes
+
+
+class LgCheckpoint(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="lgc"):
+    """A checkpoint, plus the blobs of the channels whose version changed (``new_versions``).
+
+    ``checkpoint`` is the serde of the checkpoint without ``channel_values`` and
+    ``channel_versions``; the versions are kept as plain data in ``versions`` (so a compactor
+    can tell which blobs a checkpoint needs), and ``run_id`` is copied out of the metadata.
+    """
+
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint_type: str
+    checkpoint: bytes
+    versions: dict[str, str | int | float]
+    metadata_type: str
+    metadata: bytes
+    run_id: str | None
+    blobs: tuple[LgBlob, ...]
+    saved_at: float
+
+
+class LgWrites(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="lgw"):
+    """The writes of one task (one ``put_writes`` call) against ``checkpoint_id``."""
+
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    writes: tuple[LgWrite, ...]
+    saved_at: float
+
+
+class LgRemove(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="lgr"):
+    """Checkpoints removed with their writes (``None``: everything of the stream, blobs too).
+
+    ``reason``: ``delete_thread``, ``delete_for_runs``, ``prune_keep_latest``,
+    ``prune_delete``, ``copy_thread`` or ``compaction`` (the last two drop again checkpoints
+    that a copy replayed only for their blobs). The removed frames stay in the log until
+    compaction reclaims them.
+    """
+
+    checkpoint_ids: tuple[str, ...] | None
+    reason: str
+    saved_at: float
+
+
+LangGraphFrame = LgCheckpoint | LgWrites | LgRemove
+
+# The union every log decodes with: one typed decoder reads any stream of any integration.
+Frame = Event | Save | Snapshot | Tombstone | LgCheckpoint | LgWrites | LgRemove

@@ -30,7 +30,7 @@ FRAME_SER: Serializer[Frame] = Serializer(Frame)
 # Tags of the frame kinds whose bytes this file pins. frames.py promises a golden for every
 # kind; kinds still being designed (no log holding them has shipped) wait in PENDING_KINDS and
 # must move to PINNED_KINDS, with a golden test, before one does.
-PINNED_KINDS = {"ev"}
+PINNED_KINDS = {"ev", "lgc", "lgw", "lgr"}  # lg*: tests/test_langgraph_frames.py
 PENDING_KINDS = {"sv", "sn", "rm"}  # Save, Snapshot, Tombstone (eventlog/frames.py)
 
 

@@ -18,4 +18,4 @@ BLOCKS = [
 
 @pytest.mark.parametrize("code", BLOCKS)
 def test_doc_block_runs(code: str) -> None:
-    exec(compile(code, "<doc>", "exec"), {"__name__": "__doc_test__"})
+    exec(compile(code, "<doc>", "exec", dont_inherit=True), {"__name__": "__doc_test__"})

@@ -1,0 +1,760 @@
+"""LmdbSaver: a LangGraph ``BaseCheckpointSaver`` on the ckptlog event log.
+
+``graph.compile(checkpointer=LmdbSaver.open(path))`` works on the sync and the async paths.
+Each ``(thread_id, checkpoint_ns)`` is one stream of the log (eventlog.integrations.
+langgraph_store), holding three frame kinds (eventlog.frames):
+
+- ``LgCheckpoint``: the checkpoint without channel values, its metadata, and a blob for every
+  channel in ``new_versions`` only (keyed by channel and version, as LangGraph's in-memory saver
+  keys them). A blob is the full value, or a delta against the same channel's blob in an earlier
+  frame of the stream: ``append`` when the new value is a list that extends the previous one
+  (its first elements are the very objects stored before), ``patch`` (zstd with the previous
+  bytes as dictionary) when the bytes changed a little. A full blob is written again when the
+  deltas since the last full one outweigh it twice, or after ``CHAIN_LINKS_MAX`` deltas
+  (the storage side, framework-free, is eventlog.integrations.langgraph_store).
+- ``LgWrites``: one ``put_writes`` call (one task), with its ``task_path``.
+- ``LgRemove``: a delete, ``delete_for_runs`` or prune, logged; the frames it removes stay in the
+  log until compaction reclaims them (see docs/integrations/langgraph.md).
+
+Invariants:
+- Serialization goes through ``self.serde`` at call time (``with_allowlist`` clones work);
+  nothing binds an event loop at construction; async methods enqueue before their first
+  ``await`` (call order is commit order) and await a future the writer resolves.
+- ``put`` and ``put_writes`` return once their frame is committed (durable per the log's
+  durability). Concurrent ``put_writes`` of one super-step share commits (group commit).
+- ``put_writes`` is idempotent for ``idx >= 0`` and upserts special channels (``idx < 0``);
+  the check runs inside the write transaction, so concurrent duplicates cannot both land.
+- A delta blob's base is checked inside the write transaction against the blob index; when the
+  base is gone (deleted thread, re-put version), the value is stored in full instead.
+- Reads run in one read transaction each; ``pending_writes`` come in ``writes_sort_key`` order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, Final
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from backends.base import Backend, Durability, ReadTxn
+from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.frames import (
+    Frame,
+    LgCheckpoint,
+    LgWrite,
+    LgWrites,
+)
+from eventlog.integrations.langgraph_store import (
+    RUNS,
+    TABLES,
+    BlobReader,
+    CopiedFrame,
+    Memos,
+    PutFrame,
+    RemoveFrame,
+    ViewFrame,
+    WritesFrame,
+    checkpoint_rows,
+    latest_checkpoint,
+    parse_stream_key,
+    plan_blob,
+    read_checkpoint_row,
+    run_prefix,
+    split_run_key,
+    stream_id,
+    stream_ids,
+    stream_key,
+    stream_name,
+    thread_key,
+    verify_views,
+    write_rows,
+)
+from eventlog.log import Appended, EventLog, Stats, VerifyReport, stream_key_bytes
+from projections.langgraph import CkptRow, compaction_plan
+
+LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
+PRUNE_STRATEGIES: Final = ("keep_latest", "delete")
+
+LOG_FRAME_TYPE: Any = Frame  # includes the LangGraph kinds
+
+
+class InvalidConfig(CheckpointError, ValueError):
+    """A LangGraph config lacks what the call needs (``thread_id``, ``checkpoint_id``)."""
+
+
+class InvalidCheckpoint(CheckpointError, ValueError):
+    """A checkpoint handed to ``put`` cannot be stored as it is (e.g. a non-plain version)."""
+
+
+class InvalidPruneStrategy(CheckpointError, ValueError):
+    """``prune(strategy=...)`` got a strategy other than ``keep_latest`` or ``delete``."""
+
+
+def _ids(config: RunnableConfig | None, what: str) -> tuple[str, str, str | None]:
+    conf = (config or {}).get("configurable") or {}
+    tid = conf.get("thread_id")
+    if tid is None or tid == "":
+        raise InvalidConfig(
+            f"{what}: config['configurable']['thread_id'] is missing; pass "
+            "{'configurable': {'thread_id': ...}} (LangGraph needs a thread id to checkpoint)"
+        )
+    ns = conf.get("checkpoint_ns") or ""
+    cid = conf.get("checkpoint_id") or None
+    return str(tid), str(ns), None if cid is None else str(cid)
+
+
+def _plain_versions(versions: Mapping[str, Any]) -> dict[str, str | int | float]:
+    out: dict[str, str | int | float] = {}
+    for channel, version in versions.items():
+        if type(version) not in (str, int, float):
+            raise InvalidCheckpoint(
+                f"channel_versions[{channel!r}] is a {type(version).__name__} "
+                f"({version!r}); LangGraph versions are str, int or float: use the saver's "
+                "get_next_version"
+            )
+        out[str(channel)] = version
+    return out
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+# -- the saver ---------------------------------------------------------------------------------
+
+
+class LmdbSaver(BaseCheckpointSaver[str]):
+    """LangGraph checkpoints as frames of an append-only log (LMDB by default).
+
+    Thread-safe. Use one saver per process and path (LMDB opens an environment once per
+    process); close it with :meth:`close` (or ``with`` / ``async with``).
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        serde: SerializerProtocol | None = None,
+        identity_appends: bool = True,
+    ) -> None:
+        """``identity_appends``: store a list that extends the channel's previous list (the same
+        element objects, then new ones) as the new elements only. It relies on LangGraph's
+        rule that state is never mutated in place; ``False`` serializes every changed value
+        whole (a byte patch may still store it small, at O(value) CPU per put)."""
+        super().__init__(serde=serde)
+        self.log = log
+        self.identity_appends = identity_appends
+        self._memos = Memos()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability | str = "fsync",
+        serde: SerializerProtocol | None = None,
+        identity_appends: bool = True,
+        **options: Any,
+    ) -> LmdbSaver:
+        """Open (or create) the saver's log in directory ``path`` (``options`` go to
+        :meth:`EventLog.open`)."""
+        log = EventLog.open(
+            path,
+            durability=durability,
+            extra_tables=TABLES,
+            frame_type=LOG_FRAME_TYPE,
+            **options,
+        )
+        return cls(log, serde=serde, identity_appends=identity_appends)
+
+    @classmethod
+    def on_backend(
+        cls, backend: Backend, *, serde: SerializerProtocol | None = None, **options: Any
+    ) -> LmdbSaver:
+        """A saver on any backend (e.g. ``backends.memory.MemoryBackend()``)."""
+        return cls(EventLog(backend, frame_type=LOG_FRAME_TYPE, **options), serde=serde)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.log.close()
+
+    def __enter__(self) -> LmdbSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> LmdbSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    def verify(self) -> VerifyReport:
+        """The log's checks plus: every LangGraph view equals the fold of its stream."""
+        report = self.log.verify()
+        report.problems.extend(verify_views(self.log))
+        return report
+
+    def stats(self) -> Stats:
+        return self.log.stats()
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """``<32-digit counter>.<16 random hex>``: increasing, and unique across forks, so a
+        fork never reuses a version (and its blob key) that another branch already stored."""
+        if current is None:
+            n = 0
+        elif isinstance(current, (int, float)):
+            n = int(current)
+        else:
+            n = int(str(current).split(".", 1)[0])
+        return f"{n + 1:032}.{os.urandom(8).hex()}"
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _plan_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[str, PutFrame, RunnableConfig]:
+        tid, ns, parent = _ids(config, "put")
+        stream = stream_key(tid, ns)
+        stream_key_bytes(stream, self.log.backend.max_key_bytes)
+        serde = self.serde
+        body: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = body.pop("channel_values", None) or {}
+        versions = _plain_versions(body.pop("channel_versions", None) or {})
+        pending = [
+            plan_blob(self._memos, stream, channel, version, values, serde, self.identity_appends)
+            for channel, version in new_versions.items()
+        ]
+        ctype, cdata = serde.dumps_typed(body)
+        md = get_checkpoint_metadata(config, metadata)
+        mtype, mdata = serde.dumps_typed(md)
+        run_id = md.get("run_id")
+        head = LgCheckpoint(
+            checkpoint_id=checkpoint["id"],
+            parent_id=parent,
+            checkpoint_type=ctype,
+            checkpoint=cdata,
+            versions=versions,
+            metadata_type=mtype,
+            metadata=mdata,
+            run_id=None if run_id is None else str(run_id),
+            blobs=(),
+            saved_at=time.time(),
+        )
+        op = PutFrame(thread_key(tid, ns), head, pending, serde)
+        return stream, op, _config(tid, ns, checkpoint["id"])
+
+    def _remember(self, stream: str, op: PutFrame, done: Appended | None) -> None:
+        if done is None:
+            return
+        for channel, memo in op.memos:
+            if memo is not None:
+                memo.seq = done.seq
+                self._memos.put(stream, channel, memo)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint and the blobs of ``new_versions``; durable on return."""
+        stream, op, out = self._plan_put(config, checkpoint, metadata, new_versions)
+        self._remember(stream, op, self.log.append(stream, op))
+        return out
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        stream, op, out = self._plan_put(config, checkpoint, metadata, new_versions)
+        self._remember(stream, op, await self.log.append_async(stream, op))
+        return out
+
+    def _plan_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> tuple[str, WritesFrame]:
+        tid, ns, cid = _ids(config, "put_writes")
+        if cid is None:
+            raise InvalidConfig(
+                "put_writes: config['configurable']['checkpoint_id'] is missing; pass the "
+                "config returned by put() for the checkpoint these writes belong to"
+            )
+        stream = stream_key(tid, ns)
+        stream_key_bytes(stream, self.log.backend.max_key_bytes)
+        serde = self.serde
+        by_idx: dict[int, LgWrite] = {}  # special channels: the last write of a call wins
+        for i, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, i)
+            typ, data = serde.dumps_typed(value)
+            by_idx[idx] = LgWrite(idx, channel, typ, data)
+        frame = LgWrites(
+            checkpoint_id=cid,
+            task_id=str(task_id),
+            task_path=task_path or "",
+            writes=tuple(by_idx.values()),
+            saved_at=time.time(),
+        )
+        return stream, WritesFrame(thread_key(tid, ns), frame)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes (one frame); concurrent calls share commits."""
+        if not writes:
+            return
+        stream, op = self._plan_writes(config, writes, task_id, task_path)
+        self.log.append(stream, op)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        if not writes:
+            return
+        stream, op = self._plan_writes(config, writes, task_id, task_path)
+        await self.log.append_async(stream, op)
+
+    # -- deleting, pruning, copying ------------------------------------------------------------
+
+    def _submit(self, ops: list[tuple[str, ViewFrame]]) -> list[Future[Appended]]:
+        return [self.log.submit(stream, op) for stream, op in ops]
+
+    def _removals_of_threads(
+        self, thread_ids: Sequence[str], reason: str
+    ) -> list[tuple[str, ViewFrame]]:
+        with self.log.backend.read() as txn:
+            found = [s for tid in thread_ids for s in stream_ids(txn, str(tid))]
+        return [
+            (stream_key(tid, ns), RemoveFrame(thread_key(tid, ns), None, reason))
+            for tid, ns, _ in found
+        ]
+
+    def _run(self, ops: list[tuple[str, ViewFrame]]) -> None:
+        self._memos.forget({s for s, _ in ops})
+        for fut in self._submit(ops):
+            fut.result()
+
+    async def _arun(self, ops: list[tuple[str, ViewFrame]]) -> None:
+        self._memos.forget({s for s, _ in ops})
+        futures = self._submit(ops)  # all queued before the first await
+        for fut in futures:
+            await asyncio.wrap_future(fut)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Remove every checkpoint and write of the thread, in all namespaces (logged)."""
+        self._run(self._removals_of_threads([thread_id], "delete_thread"))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        ops = await asyncio.to_thread(self._removals_of_threads, [thread_id], "delete_thread")
+        await self._arun(ops)
+
+    def _removals_of_runs(self, run_ids: Sequence[str]) -> list[tuple[str, ViewFrame]]:
+        by_sid: dict[int, set[str]] = collections.defaultdict(set)
+        ops: list[tuple[str, ViewFrame]] = []
+        with self.log.backend.read() as txn:
+            for run in dict.fromkeys(map(str, run_ids)):
+                for key, _ in txn.scan_prefix(RUNS, run_prefix(run)):
+                    sid, cid = split_run_key(key)
+                    by_sid[sid].add(cid)
+            for sid, cids in sorted(by_sid.items()):
+                name = stream_name(txn, sid)
+                parsed = None if name is None else parse_stream_key(name)
+                if name is None or parsed is None:
+                    raise CorruptFrame(
+                        f"lg_runs names stream id {sid}, which is not a LangGraph stream of "
+                        "this log; run LmdbSaver.verify()"
+                    )
+                ops.append(
+                    (name, RemoveFrame(thread_key(*parsed), tuple(sorted(cids)), "delete_for_runs"))
+                )
+        return ops
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
+        self._run(self._removals_of_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        ops = await asyncio.to_thread(self._removals_of_runs, run_ids)
+        await self._arun(ops)
+
+    def _prune_ops(self, thread_ids: Sequence[str], strategy: str) -> list[tuple[str, ViewFrame]]:
+        if strategy not in PRUNE_STRATEGIES:
+            raise InvalidPruneStrategy(
+                f"prune strategy must be one of {PRUNE_STRATEGIES!r}, got {strategy!r}: "
+                "'keep_latest' keeps the newest checkpoint per namespace, 'delete' removes all"
+            )
+        if strategy == "delete":
+            return self._removals_of_threads(thread_ids, "prune_delete")
+        serde = self.serde
+        ops: list[tuple[str, ViewFrame]] = []
+        with self.log.backend.read() as txn:
+            for tid, ns, sid in [s for t in thread_ids for s in stream_ids(txn, str(t))]:
+                keep = self._keep_for_latest(txn, sid, serde)
+                drop = tuple(cid for cid, _ in checkpoint_rows(txn, sid) if cid not in keep)
+                if drop:
+                    remove = RemoveFrame(thread_key(tid, ns), drop, "prune_keep_latest")
+                    ops.append((stream_key(tid, ns), remove))
+        return ops
+
+    def _keep_for_latest(self, txn: ReadTxn, sid: int, serde: SerializerProtocol) -> set[str]:
+        """The latest checkpoint, plus the ancestors its ``DeltaChannel`` s replay from.
+
+        A delta channel (named in the metadata's ``counters_since_delta_snapshot``) without a
+        stored value at the latest checkpoint is rebuilt from ancestor writes back to the
+        nearest ancestor that stores a value for it; those ancestors are kept.
+        """
+        latest = latest_checkpoint(txn, sid)
+        if latest is None:
+            return set()
+        cid, row = latest
+        keep = {cid}
+        metadata = serde.loads_typed((row.metadata_type, row.metadata))
+        delta = metadata.get("counters_since_delta_snapshot") or {}
+        if not delta:
+            return keep
+        reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+        versions = reader.versions(row.seq)
+        need = {c for c in delta if c in versions and not reader.has_value(c, versions[c])}
+        parent = row.parent_id
+        while need and parent is not None and parent not in keep:
+            prow = read_checkpoint_row(txn, sid, parent)
+            if prow is None:
+                break
+            keep.add(parent)
+            versions = reader.versions(prow.seq)
+            need = {c for c in need if c not in versions or not reader.has_value(c, versions[c])}
+            parent = prow.parent_id
+        return keep
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep the newest checkpoint per namespace (and, for ``DeltaChannel``
+        s, the ancestors it replays from); ``delete``: remove everything. Logged."""
+        self._run(self._prune_ops(thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        ops = await asyncio.to_thread(self._prune_ops, thread_ids, strategy)
+        await self._arun(ops)
+
+    def _import_ops(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        frames: Sequence[tuple[int, Any]],
+        reason: str = "compaction",
+    ) -> list[tuple[str, ViewFrame]]:
+        plan = compaction_plan(frames)
+        by_seq = dict(frames)
+        seqs: dict[int, int] = {}
+        target, tkey = stream_key(thread_id, checkpoint_ns), thread_key(thread_id, checkpoint_ns)
+        stream_key_bytes(target, self.log.backend.max_key_bytes)
+        ops: list[tuple[str, ViewFrame]] = [
+            (target, CopiedFrame(tkey, by_seq[s], s, seqs)) for s in plan.keep
+        ]
+        if plan.remove_ids:
+            ops.append((target, RemoveFrame(tkey, plan.remove_ids, reason)))
+        return ops
+
+    def import_frames(
+        self, thread_id: str, checkpoint_ns: str, frames: Sequence[tuple[int, Any]]
+    ) -> None:
+        """Append the live part of a stream's ``(seq, frame)`` pairs (from this log or another)
+        to ``(thread_id, checkpoint_ns)``: the frames :func:`projections.langgraph.
+        compaction_plan` keeps, rebased, then a removal of what they would bring back.
+
+        ``copy_thread`` is this on each namespace; copying a log's streams into a fresh log
+        this way compacts it (everything deleted, pruned or superseded is left behind).
+        """
+        self._run(self._import_ops(str(thread_id), str(checkpoint_ns), frames))
+
+    def _copy_ops(
+        self, source_thread_id: str, target_thread_id: str
+    ) -> list[tuple[str, ViewFrame]]:
+        src, dst = str(source_thread_id), str(target_thread_id)
+        if src == dst:
+            return []  # a thread already holds its own history
+        with self.log.backend.read() as txn:
+            namespaces = [ns for _, ns, _ in stream_ids(txn, src)]
+        ops: list[tuple[str, ViewFrame]] = []
+        for ns in namespaces:
+            frames = [(sf.seq, sf.frame) for sf in self.log.read_stream(stream_key(src, ns))]
+            ops += self._import_ops(dst, ns, frames, "copy_thread")
+        return ops
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread (all namespaces, the whole history, so
+        delta blobs and ``DeltaChannel`` replays keep their bases) to another thread."""
+        self._run(self._copy_ops(source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        ops = await asyncio.to_thread(self._copy_ops, source_thread_id, target_thread_id)
+        await self._arun(ops)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _tuple(
+        self,
+        txn: ReadTxn,
+        serde: SerializerProtocol,
+        key: tuple[str, str, int],
+        cid: str,
+        row: CkptRow,
+    ) -> CheckpointTuple:
+        tid, ns, sid = key
+        reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+        frame = reader.frame(row.seq)
+        if not isinstance(frame, LgCheckpoint) or frame.checkpoint_id != cid:
+            raise CorruptFrame(
+                f"checkpoint {cid!r} of thread {tid!r}: its index points at seq {row.seq}, "
+                "which holds another frame; run LmdbSaver.verify()",
+                seq=row.seq,
+            )
+        body = serde.loads_typed((frame.checkpoint_type, frame.checkpoint))
+        body["channel_versions"] = dict(frame.versions)
+        values: dict[str, Any] = {}
+        for channel, version in frame.versions.items():
+            found, value = reader.value(channel, version)
+            if found:
+                values[channel] = value
+        checkpoint: Checkpoint = {**body, "channel_values": values}  # type: ignore[typeddict-item]
+        return CheckpointTuple(
+            config=_config(tid, ns, cid),
+            checkpoint=checkpoint,
+            metadata=serde.loads_typed((row.metadata_type, row.metadata)),
+            parent_config=None if row.parent_id is None else _config(tid, ns, row.parent_id),
+            pending_writes=self._pending_writes(reader, serde, cid, None),
+        )
+
+    @staticmethod
+    def _pending_writes(
+        reader: BlobReader,
+        serde: SerializerProtocol,
+        cid: str,
+        channels: set[str] | None,
+    ) -> list[PendingWrite]:
+        """The writes stored against ``cid`` in ``writes_sort_key`` order (of ``channels``)."""
+        rows = write_rows(reader.txn, reader.sid, cid)
+        rows.sort(key=lambda r: writes_sort_key(r[2].task_path, r[0], r[1]))
+        out: list[PendingWrite] = []
+        for task, idx, row in rows:
+            frame = reader.frame(row.seq)
+            if (
+                not isinstance(frame, LgWrites)
+                or row.pos >= len(frame.writes)
+                or frame.writes[row.pos].idx != idx
+                or frame.task_id != task
+            ):
+                raise CorruptFrame(
+                    f"write ({task!r}, {idx}) of checkpoint {cid!r}: its index points at seq "
+                    f"{row.seq} position {row.pos}, which holds another write; run verify()",
+                    seq=row.seq,
+                )
+            w = frame.writes[row.pos]
+            if channels is None or w.channel in channels:
+                out.append((task, w.channel, serde.loads_typed((w.type, w.data))))
+        return out
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``checkpoint_id`` (else the newest one) of the namespace."""
+        tid, ns, cid = _ids(config, "get_tuple")
+        serde = self.serde
+        with self.log.backend.read() as txn:
+            sid = stream_id(txn, tid, ns)
+            if sid is None:
+                return None
+            if cid is None:
+                latest = latest_checkpoint(txn, sid)
+                if latest is None:
+                    return None
+                cid, row = latest
+            else:
+                found = read_checkpoint_row(txn, sid, cid)
+                if found is None:
+                    return None
+                row = found
+            return self._tuple(txn, serde, (tid, ns, sid), cid, row)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    def _list_keys(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> list[tuple[tuple[str, str, int], str]]:
+        """Which checkpoints ``list`` yields, newest first: ``((thread, ns, sid), id)``."""
+        if limit is not None and limit <= 0:
+            return []
+        only_id: str | None = None
+        thread: str | None = None
+        ns: str | None = None
+        conf = (config or {}).get("configurable") or {}
+        if conf.get("thread_id") is not None:
+            thread, _, only_id = _ids(config, "list")
+        if conf.get("checkpoint_ns") is not None:
+            ns = str(conf["checkpoint_ns"])
+        before_id = None
+        if before is not None:
+            before_id = (before.get("configurable") or {}).get("checkpoint_id") or None
+        serde = self.serde
+        found: list[tuple[tuple[str, str, int], str]] = []
+        with self.log.backend.read() as txn:
+            streams = [s for s in stream_ids(txn, thread) if ns is None or s[1] == ns]
+            for s in streams:
+                taken = 0
+                for cid, row in checkpoint_rows(txn, s[2], before=before_id):
+                    if only_id is not None and cid != only_id:
+                        continue
+                    if filter:
+                        md = serde.loads_typed((row.metadata_type, row.metadata))
+                        if not all(md.get(k) == v for k, v in filter.items()):
+                            continue
+                    found.append((s, cid))
+                    taken += 1
+                    if limit is not None and taken >= limit:
+                        break  # no later row of this stream can make the cut
+        if len(streams) > 1:
+            found.sort(key=lambda f: f[1], reverse=True)
+        return found if limit is None else found[:limit]
+
+    def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str]]) -> list[CheckpointTuple]:
+        serde = self.serde
+        out: list[CheckpointTuple] = []
+        with self.log.backend.read() as txn:
+            for key, cid in keys:
+                row = read_checkpoint_row(txn, key[2], cid)
+                if row is not None:  # removed since it was listed
+                    out.append(self._tuple(txn, serde, key, cid, row))
+        return out
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first. ``config=None``: every thread; a config without
+        ``checkpoint_ns``: every namespace of the thread; ``filter`` matches metadata."""
+        keys = self._list_keys(config, filter, before, limit)
+        for i in range(0, len(keys), LIST_CHUNK):
+            yield from self._load_many(keys[i : i + LIST_CHUNK])
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        keys = await asyncio.to_thread(self._list_keys, config, filter, before, limit)
+        for i in range(0, len(keys), LIST_CHUNK):
+            for tup in await asyncio.to_thread(self._load_many, keys[i : i + LIST_CHUNK]):
+                yield tup
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """The writes of ``channels`` along the parent chain and their seeds, in one read
+        transaction (the base class calls ``get_tuple`` per ancestor, loading every channel)."""
+        if not channels:
+            return {}
+        tid, ns, cid = _ids(config, "get_delta_channel_history")
+        serde = self.serde
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        with self.log.backend.read() as txn:
+            sid = stream_id(txn, tid, ns)
+            target = None
+            if sid is not None:
+                if cid is None:
+                    latest = latest_checkpoint(txn, sid)
+                    target = None if latest is None else latest[1]
+                else:
+                    target = read_checkpoint_row(txn, sid, cid)
+            if sid is not None and target is not None:
+                reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+                seen: set[str] = set()
+                parent = target.parent_id
+                while remaining and parent is not None and parent not in seen:
+                    seen.add(parent)
+                    row = read_checkpoint_row(txn, sid, parent)
+                    if row is None:
+                        break
+                    versions = reader.versions(row.seq)
+                    here: dict[str, Any] = {}
+                    for ch in remaining:
+                        if ch in versions:
+                            found, value = reader.value(ch, versions[ch])
+                            if found:
+                                here[ch] = value
+                    writes = self._pending_writes(reader, serde, parent, remaining)
+                    for w in reversed(writes):
+                        collected[w[1]].append(w)
+                    seeds.update(here)
+                    remaining -= here.keys()
+                    parent = row.parent_id
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            result[ch] = entry
+        return result
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )

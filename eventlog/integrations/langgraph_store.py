@@ -1,0 +1,796 @@
+"""LangGraph checkpoint streams on the log: frames in, views kept, blobs read back.
+
+Framework-free: the LangGraph adapter (eventlog.integrations.langgraph) turns calls into the
+frames built here. Streams: one per ``(thread_id, checkpoint_ns)``, keyed
+``lg:<len(thread_id)>:<thread_id>:<ns>``. Tables (``sid`` = the stream's u64 id, big-endian;
+``s16(x)`` = u16 length + UTF-8 of ``x``):
+
+- ``lg_threads``: ``s16(thread_id) + ns`` -> sid, for every stream whose view is not empty;
+- ``lg_checkpoints``: sid + checkpoint id -> :class:`projections.langgraph.CkptRow`;
+- ``lg_blobs``: sid + ``s16(channel)`` + version key -> u64 seq of the frame holding the blob;
+- ``lg_writes``: sid + ``s16(checkpoint id)`` + ``s16(task id)`` + u32 (idx + 2**31) ->
+  :class:`projections.langgraph.WriteRow`;
+- ``lg_runs``: ``s16(run_id)`` + sid + checkpoint id -> b"".
+
+Writing: :func:`plan_blob` picks, in the caller, the cheapest blob for a channel's new version
+(full, append of a list's new elements, or zstd patch) from what this process remembers of the
+channel's last blob (:class:`Memos`); the frames (:class:`PutFrame`, :class:`WritesFrame`,
+:class:`RemoveFrame`, :class:`CopiedFrame`) are built by the log's writer inside the write
+transaction, in call order, and update the views in that same transaction.
+
+Invariants:
+- :func:`apply_rows` runs in the write transaction that appends the frame (from the frame's
+  ``appended`` hook), so the rows always equal :func:`projections.langgraph.fold` of the
+  committed frames; :func:`verify_views` checks that for every stream.
+- A delta blob's base is checked against the blob index inside the write transaction; when it
+  is gone, the value is serialized whole there instead. Duplicate writes (``idx >= 0``) are
+  dropped there too, so concurrent duplicates cannot both land.
+- Blob values are never copied into the views: a blob is read from the frame that holds it.
+  ``BLOB_APPEND`` / ``BLOB_PATCH`` blobs name their base by stream seq, always a smaller one,
+  so resolving a chain terminates; chains are at most ``CHAIN_READ_MAX`` long on read, and
+  writers store a full value after ``CHAIN_LINKS_MAX`` deltas.
+- Everything read inside a transaction is decoded there; no transaction outlives a call.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import msgspec
+import zstandard
+
+from backends.base import ReadTxn, WriteTxn
+from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.frames import (
+    BLOB_APPEND,
+    BLOB_EMPTY,
+    BLOB_FULL,
+    BLOB_PATCH,
+    LgBlob,
+    LgCheckpoint,
+    LgRemove,
+    LgWrites,
+)
+from eventlog.log import LOG, STREAM_NAMES, STREAMS, Appended, DeferredFrame, EventLog, Problem
+from projections.langgraph import (
+    CkptRow,
+    StreamView,
+    WriteRow,
+    checkpoint_row,
+    fold,
+    rebase,
+    version_key,
+)
+
+THREADS: Final = "lg_threads"
+CHECKPOINTS: Final = "lg_checkpoints"
+BLOBS: Final = "lg_blobs"
+WRITES: Final = "lg_writes"
+RUNS: Final = "lg_runs"
+TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS)
+VIEW_TABLES: Final = (CHECKPOINTS, BLOBS, WRITES)  # keyed by sid first
+
+STREAM_PREFIX: Final = "lg:"
+CHAIN_READ_MAX: Final = 4096  # a longer chain on read is corruption (writers cap at 256)
+IDX_BIAS: Final = 1 << 31
+
+CHAIN_LINKS_MAX: Final = 256  # delta blobs before a full one is stored again
+CHAIN_RATIO: Final = 2  # ... or once the deltas since the last full blob outweigh it this much
+PATCH_MIN_BYTES: Final = 2048  # smaller values are stored in full (a patch would not pay)
+MEMO_ENTRIES_MAX: Final = 4096  # (stream, channel) pairs whose last blob this process remembers
+MEMO_BYTES_MAX: Final = 64 << 20  # bytes of values (and patch bases) that memos keep alive
+
+
+class Serde(Protocol):
+    """LangGraph's ``SerializerProtocol``, as much of it as the storage uses."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]: ...
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any: ...
+
+
+U64: Final = struct.Struct(">Q")
+U32: Final = struct.Struct(">I")
+U16: Final = struct.Struct(">H")
+U64X2: Final = struct.Struct(">QQ")
+
+_enc = msgspec.msgpack.Encoder()
+_dec_ckpt = msgspec.msgpack.Decoder(CkptRow)
+_dec_write = msgspec.msgpack.Decoder(WriteRow)
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def _utf8(s: str) -> bytes:
+    return s.encode("utf-8", "surrogatepass")
+
+
+def _s16(s: str) -> bytes:
+    raw = _utf8(s)
+    return U16.pack(len(raw)) + raw
+
+
+def stream_key(thread_id: str, checkpoint_ns: str) -> str:
+    return f"{STREAM_PREFIX}{len(thread_id)}:{thread_id}:{checkpoint_ns}"
+
+
+def parse_stream_key(key: str) -> tuple[str, str] | None:
+    """``(thread_id, checkpoint_ns)`` of a LangGraph stream key, ``None`` for other streams."""
+    if not key.startswith(STREAM_PREFIX):
+        return None
+    head, sep, rest = key[len(STREAM_PREFIX) :].partition(":")
+    if not sep or not head.isdigit():
+        return None
+    n = int(head)
+    if len(rest) < n + 1 or rest[n] != ":":
+        return None
+    return rest[:n], rest[n + 1 :]
+
+
+def thread_prefix(thread_id: str) -> bytes:
+    return _s16(thread_id)
+
+
+def thread_key(thread_id: str, checkpoint_ns: str) -> bytes:
+    return _s16(thread_id) + _utf8(checkpoint_ns)
+
+
+def split_thread_key(key: bytes) -> tuple[str, str]:
+    n = U16.unpack_from(key)[0]
+    return (
+        key[2 : 2 + n].decode("utf-8", "surrogatepass"),
+        key[2 + n :].decode("utf-8", "surrogatepass"),
+    )
+
+
+def checkpoint_key(sid: int, checkpoint_id: str) -> bytes:
+    return U64.pack(sid) + _utf8(checkpoint_id)
+
+
+def blob_key(sid: int, channel: str, vkey: bytes) -> bytes:
+    return U64.pack(sid) + _s16(channel) + vkey
+
+
+def writes_prefix(sid: int, checkpoint_id: str) -> bytes:
+    return U64.pack(sid) + _s16(checkpoint_id)
+
+
+def write_key(sid: int, checkpoint_id: str, task_id: str, idx: int) -> bytes:
+    return writes_prefix(sid, checkpoint_id) + _s16(task_id) + U32.pack(idx + IDX_BIAS)
+
+
+def split_write_key(key: bytes) -> tuple[str, str, int]:
+    """``(checkpoint id, task id, idx)`` of a ``lg_writes`` key (after the 8-byte sid)."""
+    at = 8
+    n = U16.unpack_from(key, at)[0]
+    cid = key[at + 2 : at + 2 + n].decode("utf-8", "surrogatepass")
+    at += 2 + n
+    n = U16.unpack_from(key, at)[0]
+    task = key[at + 2 : at + 2 + n].decode("utf-8", "surrogatepass")
+    at += 2 + n
+    return cid, task, U32.unpack_from(key, at)[0] - IDX_BIAS
+
+
+def run_key(run_id: str, sid: int, checkpoint_id: str) -> bytes:
+    return _s16(run_id) + U64.pack(sid) + _utf8(checkpoint_id)
+
+
+def run_prefix(run_id: str) -> bytes:
+    return _s16(run_id)
+
+
+def split_run_key(key: bytes) -> tuple[int, str]:
+    """``(sid, checkpoint id)`` of a ``lg_runs`` key."""
+    n = U16.unpack_from(key)[0]
+    at = 2 + n
+    return U64.unpack_from(key, at)[0], key[at + 8 :].decode("utf-8", "surrogatepass")
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+
+def read_checkpoint_row(txn: ReadTxn, sid: int, checkpoint_id: str) -> CkptRow | None:
+    raw = txn.get(CHECKPOINTS, checkpoint_key(sid, checkpoint_id))
+    return None if raw is None else _dec_ckpt.decode(raw)
+
+
+def latest_checkpoint(txn: ReadTxn, sid: int) -> tuple[str, CkptRow] | None:
+    """The checkpoint with the greatest id (LangGraph ids sort by creation time)."""
+    for key, raw in txn.scan_prefix(CHECKPOINTS, U64.pack(sid), reverse=True, limit=1):
+        return key[8:].decode("utf-8", "surrogatepass"), _dec_ckpt.decode(raw)
+    return None
+
+
+def checkpoint_rows(
+    txn: ReadTxn, sid: int, *, before: str | None = None
+) -> Iterator[tuple[str, CkptRow]]:
+    """Checkpoints of a stream, newest (greatest id) first, ids below ``before`` when given."""
+    start = U64.pack(sid)
+    stop = checkpoint_key(sid, before) if before is not None else U64.pack(sid + 1)
+    for key, raw in txn.scan(CHECKPOINTS, start, stop, reverse=True):
+        yield key[8:].decode("utf-8", "surrogatepass"), _dec_ckpt.decode(raw)
+
+
+def write_rows(txn: ReadTxn, sid: int, checkpoint_id: str) -> list[tuple[str, int, WriteRow]]:
+    """``(task id, idx, row)`` of every write stored against a checkpoint."""
+    out = []
+    for key, raw in txn.scan_prefix(WRITES, writes_prefix(sid, checkpoint_id)):
+        _, task, idx = split_write_key(key)
+        out.append((task, idx, _dec_write.decode(raw)))
+    return out
+
+
+def blob_seq(txn: ReadTxn, sid: int, channel: str, version: str | int | float) -> int | None:
+    raw = txn.get(BLOBS, blob_key(sid, channel, version_key(version)))
+    return None if raw is None else U64.unpack(raw)[0]
+
+
+def stream_ids(txn: ReadTxn, thread_id: str | None) -> list[tuple[str, str, int]]:
+    """``(thread_id, ns, sid)`` of one thread's streams, or of every thread's (``None``)."""
+    rows = (
+        txn.scan(THREADS)
+        if thread_id is None
+        else txn.scan_prefix(THREADS, thread_prefix(thread_id))
+    )
+    return [(*split_thread_key(k), U64.unpack(v)[0]) for k, v in rows]
+
+
+def stream_id(txn: ReadTxn, thread_id: str, checkpoint_ns: str) -> int | None:
+    raw = txn.get(THREADS, thread_key(thread_id, checkpoint_ns))
+    return None if raw is None else U64.unpack(raw)[0]
+
+
+def stream_name(txn: ReadTxn, sid: int) -> str | None:
+    raw = txn.get(STREAM_NAMES, U64.pack(sid))
+    return None if raw is None else raw.decode("utf-8", "surrogatepass")
+
+
+def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> None:
+    """:func:`projections.langgraph.apply` on the tables, in the frame's transaction."""
+    k = U64.pack(sid)
+    if isinstance(frame, LgCheckpoint):
+        ckey = checkpoint_key(sid, frame.checkpoint_id)
+        old = txn.get(CHECKPOINTS, ckey)
+        if old is not None:
+            old_run = _dec_ckpt.decode(old).run_id
+            if old_run is not None:
+                txn.delete(RUNS, run_key(old_run, sid, frame.checkpoint_id))
+        txn.put(CHECKPOINTS, ckey, _enc.encode(checkpoint_row(seq, frame)))
+        if frame.run_id is not None:
+            txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
+        for blob in frame.blobs:
+            txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
+        txn.put(THREADS, tkey, k)
+    elif isinstance(frame, LgWrites):
+        for pos, w in enumerate(frame.writes):
+            txn.put(
+                WRITES,
+                write_key(sid, frame.checkpoint_id, frame.task_id, w.idx),
+                _enc.encode(WriteRow(seq, pos, frame.task_path)),
+            )
+        if frame.writes:
+            txn.put(THREADS, tkey, k)
+    elif isinstance(frame, LgRemove):
+        ids = frame.checkpoint_ids
+        if ids is None:
+            for key, raw in list(txn.scan_prefix(CHECKPOINTS, k)):
+                run = _dec_ckpt.decode(raw).run_id
+                if run is not None:
+                    txn.delete(RUNS, run_key(run, sid, key[8:].decode("utf-8", "surrogatepass")))
+            txn.delete_prefix(CHECKPOINTS, k)
+            txn.delete_prefix(BLOBS, k)
+            txn.delete_prefix(WRITES, k)
+            txn.delete(THREADS, tkey)
+            return
+        for cid in set(ids):
+            row = read_checkpoint_row(txn, sid, cid)
+            if row is not None:
+                if row.run_id is not None:
+                    txn.delete(RUNS, run_key(row.run_id, sid, cid))
+                txn.delete(CHECKPOINTS, checkpoint_key(sid, cid))
+            txn.delete_prefix(WRITES, writes_prefix(sid, cid))
+        if not any(next(iter(txn.scan_prefix(t, k, limit=1)), None) for t in VIEW_TABLES):
+            txn.delete(THREADS, tkey)  # the view is empty, as the fold says
+
+
+def read_view(txn: ReadTxn, sid: int) -> StreamView:
+    """The materialized view of one stream, as :func:`projections.langgraph.fold` shapes it."""
+    k = U64.pack(sid)
+    view = StreamView()
+    for key, raw in txn.scan_prefix(CHECKPOINTS, k):
+        view.checkpoints[key[8:].decode("utf-8", "surrogatepass")] = _dec_ckpt.decode(raw)
+    for key, raw in txn.scan_prefix(BLOBS, k):
+        n = U16.unpack_from(key, 8)[0]
+        channel = key[10 : 10 + n].decode("utf-8", "surrogatepass")
+        view.blobs[channel, key[10 + n :]] = U64.unpack(raw)[0]
+    for key, raw in txn.scan_prefix(WRITES, k):
+        view.writes[split_write_key(key)] = _dec_write.decode(raw)
+    return view
+
+
+# -- frames and blobs --------------------------------------------------------------------------
+
+
+def read_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int) -> Any:
+    """The frame at ``seq`` of stream ``sid``, checksum and position verified."""
+    gkey = txn.get(STREAMS, U64X2.pack(sid, seq))
+    data = None if gkey is None else txn.get(LOG, gkey)
+    if data is None:
+        raise CorruptFrame(
+            f"LangGraph view points at seq {seq} of stream id {sid}, which is not in the log; "
+            "run LmdbSaver.verify()",
+            seq=seq,
+        )
+    env, frame = log.decode_envelope(data)
+    if (env.stream_id, env.seq) != (sid, seq):
+        raise CorruptFrame(
+            f"the index says log #{U64.unpack(gkey or bytes(8))[0]} is seq {seq} of stream id "
+            f"{sid}, but it holds seq {env.seq} of stream id {env.stream_id}; run verify()",
+            seq=seq,
+        )
+    return frame
+
+
+def make_patch(base: bytes, new: bytes) -> bytes:
+    """``new`` as a zstd frame compressed against ``base`` (a raw-content dictionary)."""
+    dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    return zstandard.ZstdCompressor(level=1, dict_data=dictionary).compress(new)
+
+
+def apply_patch(base: bytes, patch: bytes, *, max_bytes: int) -> bytes:
+    dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    try:
+        return zstandard.ZstdDecompressor(dict_data=dictionary).decompress(
+            patch, max_output_size=max_bytes
+        )
+    except zstandard.ZstdError as e:
+        raise CorruptFrame(f"a LangGraph blob patch does not apply to its base: {e}") from e
+
+
+Loads = Callable[[tuple[str, bytes]], Any]
+
+
+class BlobReader:
+    """Reads channel values of one stream inside one read transaction (frames cached)."""
+
+    def __init__(self, log: EventLog, txn: ReadTxn, sid: int, loads: Loads) -> None:
+        self.log = log
+        self.txn = txn
+        self.sid = sid
+        self.loads = loads
+        self._frames: dict[int, Any] = {}
+
+    def frame(self, seq: int) -> Any:
+        frame = self._frames.get(seq)
+        if frame is None:
+            frame = read_frame(self.log, self.txn, self.sid, seq)
+            self._frames[seq] = frame
+        return frame
+
+    def blob(self, seq: int, channel: str) -> LgBlob:
+        frame = self.frame(seq)
+        if isinstance(frame, LgCheckpoint):
+            for b in frame.blobs:
+                if b.channel == channel:
+                    return b
+        raise CorruptFrame(
+            f"seq {seq} of stream id {self.sid} holds no blob for channel {channel!r}, but the "
+            "blob index or a delta blob says it does; run LmdbSaver.verify()",
+            seq=seq,
+        )
+
+    def versions(self, seq: int) -> dict[str, str | int | float]:
+        """``channel_versions`` of the checkpoint stored at ``seq``."""
+        frame = self.frame(seq)
+        if not isinstance(frame, LgCheckpoint):
+            raise CorruptFrame(
+                f"seq {seq} of stream id {self.sid} is indexed as a checkpoint but holds a "
+                f"{type(frame).__name__}; run LmdbSaver.verify()",
+                seq=seq,
+            )
+        return frame.versions
+
+    def has_value(self, channel: str, version: str | int | float) -> bool:
+        seq = blob_seq(self.txn, self.sid, channel, version)
+        return seq is not None and self.blob(seq, channel).kind != BLOB_EMPTY
+
+    def value(self, channel: str, version: str | int | float) -> tuple[bool, Any]:
+        """``(True, value)`` of a channel at a version, ``(False, None)`` when it has none."""
+        seq = blob_seq(self.txn, self.sid, channel, version)
+        if seq is None:
+            return False, None
+        blob = self.blob(seq, channel)
+        if blob.kind == BLOB_EMPTY:
+            return False, None
+        return True, self.decode(blob, seq)
+
+    def _base(self, blob: LgBlob, seq: int, links: int) -> tuple[LgBlob, int]:
+        if not 0 < blob.base < seq or links >= CHAIN_READ_MAX:
+            raise CorruptFrame(
+                f"channel {blob.channel!r} at seq {seq} of stream id {self.sid}: delta base "
+                f"{blob.base} is not an earlier frame (or the chain exceeds {CHAIN_READ_MAX})",
+                seq=seq,
+            )
+        return self.blob(blob.base, blob.channel), blob.base
+
+    def decode(self, blob: LgBlob, seq: int) -> Any:
+        tails: list[LgBlob] = []
+        while blob.kind == BLOB_APPEND:
+            tails.append(blob)
+            blob, seq = self._base(blob, seq, len(tails))
+        if blob.kind not in (BLOB_FULL, BLOB_PATCH):
+            raise CorruptFrame(
+                f"channel {blob.channel!r} at seq {seq} of stream id {self.sid}: an append "
+                f"chain ends on a blob of kind {blob.kind}, not a stored value",
+                seq=seq,
+            )
+        value = self.loads(self.full_bytes(blob, seq))
+        if not tails:
+            return value
+        if not isinstance(value, list):
+            raise CorruptFrame(
+                f"channel {blob.channel!r}: an append chain starts on a "
+                f"{type(value).__name__}, not a list",
+                seq=seq,
+            )
+        for tail in reversed(tails):
+            value.extend(self.loads((tail.type, tail.data)))
+        return value
+
+    def full_bytes(self, blob: LgBlob, seq: int) -> tuple[str, bytes]:
+        """The serde bytes of a ``BLOB_FULL`` or ``BLOB_PATCH`` blob."""
+        typ = blob.type
+        patches: list[bytes] = []
+        while blob.kind == BLOB_PATCH:
+            patches.append(blob.data)
+            blob, seq = self._base(blob, seq, len(patches))
+        if blob.kind != BLOB_FULL:
+            raise CorruptFrame(
+                f"channel {blob.channel!r} at seq {seq}: a patch chain ends on a blob of kind "
+                f"{blob.kind}, not a full value",
+                seq=seq,
+            )
+        data = blob.data
+        for patch in reversed(patches):
+            data = apply_patch(data, patch, max_bytes=self.log.frame_bytes_max)
+        return typ, data
+
+
+# -- writing: what this process remembers of each channel's last blob (caller side) ------------
+
+
+@dataclass(slots=True)
+class Memo:
+    """What this process last stored for one channel of one stream."""
+
+    vkey: bytes  # version key of that blob
+    seq: int  # its frame (0 until committed)
+    elements: tuple[Any, ...] | None  # the list's elements, when the value was a list
+    full: tuple[str, bytes] | None  # its full serde bytes, when known (patch base)
+    links: int  # delta blobs since the last full one
+    delta_bytes: int  # their bytes
+    full_bytes: int  # bytes of the last full blob
+
+
+@dataclass(slots=True)
+class Pending:
+    """A blob planned by the caller; the writer may still turn a delta into a full value."""
+
+    blob: LgBlob
+    value: Any
+    base_vkey: bytes
+    memo: Memo | None
+
+
+def memo_weight(memo: Memo) -> int:
+    """Bytes a memo keeps alive: its full bytes, and roughly its value when it holds the list."""
+    held = len(memo.full[1]) if memo.full is not None else 0
+    if memo.elements is not None:
+        held += memo.full_bytes + memo.delta_bytes
+    return held
+
+
+class Memos:
+    """LRU of memos, bounded in entries and in the bytes they keep alive."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._memos: collections.OrderedDict[tuple[str, str], Memo] = collections.OrderedDict()
+        self._bytes = 0
+
+    def get(self, stream: str, channel: str) -> Memo | None:
+        with self._lock:
+            return self._memos.get((stream, channel))
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        dropped = self._memos.pop(key, None)
+        if dropped is not None:
+            self._bytes -= memo_weight(dropped)
+
+    def put(self, stream: str, channel: str, memo: Memo) -> None:
+        with self._lock:
+            self._drop((stream, channel))
+            self._memos[stream, channel] = memo
+            self._bytes += memo_weight(memo)
+            while self._memos and (
+                len(self._memos) > MEMO_ENTRIES_MAX or self._bytes > MEMO_BYTES_MAX
+            ):
+                self._drop(next(iter(self._memos)))
+
+    def forget(self, streams: set[str]) -> None:
+        with self._lock:
+            for key in [k for k in self._memos if k[0] in streams]:
+                self._drop(key)
+
+
+def full_blob(channel: str, version: Any, vkey: bytes, value: Any, serde: Serde) -> Pending:
+    typ, data = serde.dumps_typed(value)
+    elements = tuple(value) if type(value) is list else None
+    full = (typ, data) if len(data) <= MEMO_BYTES_MAX // 4 else None
+    memo = Memo(vkey, 0, elements, full, 0, 0, len(data))
+    return Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", memo)
+
+
+def plan_blob(
+    memos: Memos,
+    stream: str,
+    channel: str,
+    version: Any,
+    values: Mapping[str, Any],
+    serde: Serde,
+    appends: bool,
+) -> Pending:
+    """The cheapest blob for ``channel``'s new version (serialized once, through ``serde``)."""
+    vkey = version_key(version)
+    if channel not in values:
+        return Pending(LgBlob(channel, version, BLOB_EMPTY), None, b"", None)
+    value = values[channel]
+    m = memos.get(stream, channel)
+    if m is None or m.seq == 0 or m.links >= CHAIN_LINKS_MAX:
+        return full_blob(channel, version, vkey, value, serde)
+    budget = CHAIN_RATIO * m.full_bytes - m.delta_bytes
+    elements = m.elements
+    if (
+        appends
+        and elements is not None
+        and type(value) is list
+        and len(value) >= len(elements)
+        and all(map(operator.is_, value, elements))
+    ):
+        typ, data = serde.dumps_typed(value[len(elements) :])
+        if len(data) <= budget:
+            memo = Memo(
+                vkey, 0, tuple(value), None, m.links + 1, m.delta_bytes + len(data), m.full_bytes
+            )
+            blob = LgBlob(channel, version, BLOB_APPEND, typ, data, m.seq)
+            return Pending(blob, value, m.vkey, memo)
+    planned = full_blob(channel, version, vkey, value, serde)
+    typ, data = planned.blob.type, planned.blob.data
+    if m.full is not None and m.full[0] == typ and len(data) >= PATCH_MIN_BYTES:
+        patch = make_patch(m.full[1], data)
+        if 2 * len(patch) <= len(data) and len(patch) <= budget:
+            assert planned.memo is not None
+            memo = Memo(
+                vkey,
+                0,
+                planned.memo.elements,
+                planned.memo.full,
+                m.links + 1,
+                m.delta_bytes + len(patch),
+                m.full_bytes,
+            )
+            blob = LgBlob(channel, version, BLOB_PATCH, typ, patch, m.seq)
+            return Pending(blob, value, m.vkey, memo)
+    return planned
+
+
+# -- writing: frames built in the write transaction -------------------------------------------
+
+
+class ViewFrame(DeferredFrame):
+    """A frame whose views are updated by :func:`apply_rows` in the same transaction."""
+
+    def __init__(self, tkey: bytes) -> None:
+        self.tkey = tkey
+        self.sid = 0
+        self.frame: Any = None
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        apply_rows(txn, self.sid, done.seq, self.frame, self.tkey)
+
+
+class PutFrame(ViewFrame):
+    def __init__(
+        self,
+        tkey: bytes,
+        head: LgCheckpoint,
+        pending: list[Pending],
+        serde: Serde,
+    ) -> None:
+        super().__init__(tkey)
+        self.head = head
+        self.pending = pending
+        self.serde = serde
+        self.memos: list[tuple[str, Memo | None]] = []
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
+        blobs: list[LgBlob] = []
+        memos: list[tuple[str, Memo | None]] = []
+        for planned in self.pending:
+            p, blob = planned, planned.blob
+            if blob.kind in (BLOB_APPEND, BLOB_PATCH) and txn.get(
+                BLOBS, blob_key(sid, blob.channel, p.base_vkey)
+            ) != U64.pack(blob.base):
+                # The base is gone (thread deleted, version re-put): store the value in full.
+                p = full_blob(
+                    blob.channel, blob.version, version_key(blob.version), p.value, self.serde
+                )
+            blobs.append(p.blob)
+            memos.append((p.blob.channel, p.memo))
+        frame = msgspec.structs.replace(self.head, blobs=tuple(blobs))
+        self.sid, self.memos, self.frame = sid, memos, frame
+        return frame
+
+
+class WritesFrame(ViewFrame):
+    def __init__(self, tkey: bytes, frame: LgWrites) -> None:
+        super().__init__(tkey)
+        self.planned = frame
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgWrites | None:
+        f = self.planned
+        keep = tuple(
+            w
+            for w in f.writes
+            if w.idx < 0
+            or txn.get(WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx)) is None
+        )
+        if not keep:
+            return None  # every write is already stored: nothing to append
+        self.sid = sid
+        frame = (
+            f
+            if len(keep) == len(f.writes)
+            else LgWrites(
+                checkpoint_id=f.checkpoint_id,
+                task_id=f.task_id,
+                task_path=f.task_path,
+                writes=keep,
+                saved_at=f.saved_at,
+            )
+        )
+        self.frame = frame
+        return frame
+
+
+class RemoveFrame(ViewFrame):
+    def __init__(self, tkey: bytes, ids: tuple[str, ...] | None, reason: str) -> None:
+        super().__init__(tkey)
+        self.ids = ids
+        self.reason = reason
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgRemove | None:
+        ids = self.ids
+        if ids is None:
+            if txn.get(THREADS, self.tkey) is None:
+                return None  # nothing stored: a no-op, nothing logged
+        else:
+            ids = tuple(
+                cid
+                for cid in ids
+                if txn.get(CHECKPOINTS, checkpoint_key(sid, cid)) is not None
+                or next(iter(txn.scan_prefix(WRITES, writes_prefix(sid, cid), limit=1)), None)
+            )
+            if not ids:
+                return None
+        frame = LgRemove(checkpoint_ids=ids, reason=self.reason, saved_at=time.time())
+        self.sid, self.frame = sid, frame
+        return frame
+
+
+class CopiedFrame(ViewFrame):
+    """A frame of another stream (or log) appended here, its delta bases renamed through
+    ``seqs`` (source seq -> seq here), which it extends once appended. ``copy_thread`` uses it;
+    so can a compactor (see :func:`projections.langgraph.compaction_plan`)."""
+
+    def __init__(self, tkey: bytes, frame: Any, src_seq: int, seqs: dict[int, int]) -> None:
+        super().__init__(tkey)
+        self.src = frame
+        self.src_seq = src_seq
+        self.seqs = seqs
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
+        try:
+            frame = rebase(self.src, self.seqs)
+        except KeyError as e:
+            raise CheckpointError(
+                f"copy to {stream!r}: a delta base (seq {e.args[0]} of the source) was not "
+                "copied before the frame that needs it; copy the whole live stream, in order"
+            ) from e
+        self.sid, self.frame = sid, frame
+        return frame
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        self.seqs[self.src_seq] = done.seq
+        super().appended(txn, done)
+
+
+# -- verify ------------------------------------------------------------------------------------
+
+
+def verify_views(log: EventLog) -> list[Problem]:
+    """Every LangGraph stream's rows against the fold of its frames; the run index too."""
+    problems: list[Problem] = []
+    folded: dict[int, tuple[str, StreamView]] = {}
+    with log.backend.read() as txn:
+        names = {
+            U64.unpack(k)[0]: v.decode("utf-8", "surrogatepass") for k, v in txn.scan(STREAM_NAMES)
+        }
+    for sid, name in names.items():
+        if parse_stream_key(name) is None:
+            continue
+        try:
+            view = fold((sf.seq, sf.frame) for sf in log.read_stream(name))
+        except CorruptFrame as e:
+            problems.append(Problem("projection", f"cannot fold: {e}", stream=name))
+            continue
+        folded[sid] = (name, view)
+    with log.backend.read() as txn:
+        for sid, (name, view) in folded.items():
+            parsed = parse_stream_key(name)
+            assert parsed is not None
+            rows = read_view(txn, sid)
+            for part in ("checkpoints", "blobs", "writes"):
+                want, got = getattr(view, part), getattr(rows, part)
+                if want != got:
+                    missing = len(set(want) - set(got))
+                    extra = len(set(got) - set(want))
+                    problems.append(
+                        Problem(
+                            "projection",
+                            f"lg {part} rows differ from the fold of the stream "
+                            f"({missing} missing, {extra} extra, "
+                            f"{sum(1 for k in set(want) & set(got) if want[k] != got[k])} changed)",
+                            stream=name,
+                        )
+                    )
+            entry = stream_id(txn, *parsed)
+            if (entry == sid) == view.empty:
+                problems.append(
+                    Problem(
+                        "projection",
+                        f"lg_threads entry is {'present' if entry else 'absent'} but the stream "
+                        f"view is {'empty' if view.empty else 'not empty'}",
+                        stream=name,
+                    )
+                )
+        want_runs = {
+            run_key(run, sid, cid) for sid, (_, v) in folded.items() for run, cid in v.runs()
+        }
+        got_runs = {k for k, _ in txn.scan(RUNS)}
+        if want_runs != got_runs:
+            problems.append(
+                Problem(
+                    "projection",
+                    f"lg_runs index differs from the fold: {len(want_runs - got_runs)} missing, "
+                    f"{len(got_runs - want_runs)} extra",
+                )
+            )
+        for tid, ns, sid in stream_ids(txn, None):
+            if sid not in folded:
+                problems.append(
+                    Problem(
+                        "projection",
+                        f"lg_threads names stream id {sid} for ({tid!r}, {ns!r}), which is not "
+                        "a LangGraph stream of this log",
+                    )
+                )
+    return problems
