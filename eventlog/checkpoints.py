@@ -28,8 +28,8 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any, ClassVar, Final
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Final
 
 from backends.base import Backend, Durability, WriteTxn
 from eventlog.codec import encode_value
@@ -62,6 +62,10 @@ from eventlog.records import (
     lineage_from,
 )
 from projections.records import Head, Incoming, apply_inplace, delta, snapshot, to_record
+
+if TYPE_CHECKING:
+    from eventlog import forensics as forensics_t
+    from projections.history import RecordDiff
 
 SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames
 SNAPSHOT_RATIO: Final = 2  # snapshot once the deltas since the last one outweigh it this much
@@ -443,8 +447,24 @@ class CheckpointLog:
         rows.sort(key=lambda r: (r.last_saved_at, r.invocation_id))
         return [summary(r) for r in rows]
 
-    def history(self, invocation_id: str) -> Iterator[HistoryEntry]:
-        """Every save and delete of ``invocation_id``, oldest first, as full records."""
+    def history(
+        self,
+        invocation_id: str,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> Iterator[HistoryEntry]:
+        """Every save and delete of ``invocation_id``, oldest first, as full records.
+
+        ``since <= saved_at < until`` and ``kinds`` (save kinds and ``"delete"``) filter what
+        is yielded (eventlog.forensics); the fold still reads the whole stream.
+        """
+        if since is not None or until is not None or kinds is not None:
+            from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
+
+            yield from forensics.history(self, invocation_id, since=since, until=until, kinds=kinds)
+            return
         head: Head | None = None
         for sf in self.log.read_stream(invocation_id):
             frame = sf.frame
@@ -469,13 +489,74 @@ class CheckpointLog:
             head = apply_inplace(head, sf.frame, sf.seq, invocation_id)
         return None if head is None else to_record(head)
 
-    def verify(self) -> VerifyReport:
-        """The log's checks plus: every materialized head equals the fold of its frames."""
-        from eventlog.verify import verify_heads  # noqa: PLC0415 - verify imports this module
+    def verify(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        rows_progress: Callable[[int, int], None] | None = None,
+    ) -> VerifyReport:
+        """The log's checks (checksums, chains, seqs, index) plus: every materialized row
+        (head, state, positions, fan-out rows, indexes) equals the fold of its frames."""
+        from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
 
-        report = self.log.verify()
-        report.problems.extend(verify_heads(self))
-        return report
+        return forensics.verify(self, progress, rows_progress)
+
+    # -- forensics (eventlog/forensics.py) -------------------------------------------------------
+
+    def record_as_of(self, invocation_id: str, timestamp: float) -> CheckpointRecord | None:
+        """The record as it stood at ``timestamp`` (after the newest save stamped <= it)."""
+        from eventlog import forensics  # noqa: PLC0415
+
+        return forensics.record_as_of(self, invocation_id, timestamp)
+
+    def diff(self, invocation_id: str, seq_a: int, seq_b: int) -> RecordDiff:
+        """What changed from stream seq ``seq_a`` to ``seq_b`` (0: before the first save)."""
+        from eventlog import forensics  # noqa: PLC0415
+
+        return forensics.diff(self, invocation_id, seq_a, seq_b)
+
+    def replay(
+        self, invocation_id: str, *, from_seq: int = 1, to_seq: int | None = None
+    ) -> Iterator[forensics_t.ReplayStep]:
+        """Each record of ``invocation_id`` in order, with the changes its save made."""
+        from eventlog import forensics  # noqa: PLC0415
+
+        return forensics.replay(self, invocation_id, from_seq=from_seq, to_seq=to_seq)
+
+    def scan(self, since_seq: int | None = None) -> Iterator[forensics_t.ScanEntry]:
+        """Every frame of every invocation after global seq ``since_seq``, in commit order."""
+        from eventlog import forensics  # noqa: PLC0415
+
+        return forensics.scan(self, since_seq)
+
+    def export(
+        self,
+        invocation_id: str | None = None,
+        fmt: str = "jsonl",
+        *,
+        out: IO[bytes],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> forensics_t.ExportSummary:
+        """Write the history of one invocation (or all) to ``out`` as JSON Lines."""
+        from eventlog import forensics  # noqa: PLC0415
+
+        return forensics.export(self, invocation_id, fmt, out=out, progress=progress)
+
+    def compact(
+        self,
+        dest: str | os.PathLike[str],
+        *,
+        keep: str | None = None,
+        last_n: int | None = None,
+        since: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> forensics_t.CompactReport:
+        """Write a compacted copy of this log to a new log at ``dest`` (this one is only read):
+        ``keep="all"`` (default) or ``"heads"``, ``last_n=N`` saves, or saves ``since=T``."""
+        from eventlog import forensics  # noqa: PLC0415
+
+        return forensics.compact(
+            self, dest, keep=keep, last_n=last_n, since=since, progress=progress
+        )
 
     def stats(self) -> Stats:
         return self.log.stats()

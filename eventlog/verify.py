@@ -19,7 +19,6 @@ from eventlog.codec import ZERO_CHECKSUM, open_envelope, read_header
 from eventlog.errors import CheckpointError, CorruptFrame, UnsupportedFormat
 
 if TYPE_CHECKING:
-    from eventlog.checkpoints import CheckpointLog
     from eventlog.log import EventLog
 
 from eventlog.log import LOG, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2, Problem, VerifyReport
@@ -161,38 +160,3 @@ def verify_log(log: EventLog, progress: Callable[[int, int], None] | None = None
         progress(report.frames, total)
     return report
 
-
-def verify_heads(cl: CheckpointLog) -> list[Problem]:
-    """Every materialized head equals the fold of its stream's frames (and none is extra)."""
-    from eventlog.frames import Event  # noqa: PLC0415
-    from projections.records import apply_inplace, to_record  # noqa: PLC0415
-
-    problems: list[Problem] = []
-    for stream in cl.log.streams():
-        head = None
-        checkpoint_stream = False
-        try:
-            for sf in cl.log.read_stream(stream):
-                if isinstance(sf.frame, Event):
-                    continue
-                checkpoint_stream = True
-                head = apply_inplace(head, sf.frame, sf.seq, stream)
-        except CheckpointError as e:
-            problems.append(Problem("projection", f"cannot fold the stream: {e}", stream=stream))
-            continue
-        if not checkpoint_stream:
-            continue
-        folded = None if head is None else to_record(head)
-        stored = cl.load(stream)
-        if folded != stored:
-            problems.append(
-                Problem(
-                    "projection",
-                    "the materialized head differs from the fold of the stream's frames"
-                    if stored is not None and folded is not None
-                    else f"materialized head is {'missing' if stored is None else 'extra'}",
-                    stream=stream,
-                    seq=head.seq if head is not None else None,
-                )
-            )
-    return problems
