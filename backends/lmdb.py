@@ -120,8 +120,12 @@ class _Env:
         except lmdb.Error as e:
             raise _translate(e, f"opening {self.path!r}") from e
 
-    def check_marker(self, marker: str | None) -> None:
-        """Refuse an environment that holds data but not ``marker``: it is not ours to change."""
+    def check_marker(self, marker: str | None, ours: Iterable[str] = ()) -> None:
+        """Refuse an environment that holds data but not ``marker``: it is not ours to change.
+
+        An environment holding only tables we declare is ours mid-creation (another process
+        is creating the same log right now and has not written ``marker`` yet).
+        """
         if marker is None:
             return
         try:
@@ -129,7 +133,7 @@ class _Env:
                 names = [bytes(k).decode("utf-8", "replace") for k, _ in txn.cursor()]
         except lmdb.Error as e:
             raise _translate(e, f"opening {self.path!r}") from e
-        if names and marker not in names:
+        if names and marker not in names and not set(names) <= set(ours):
             raise NotALog(
                 f"{self.path!r} is an LMDB environment but not a ckptlog log (it holds "
                 f"{', '.join(sorted(names)[:5])}, no {marker!r} table); pass a new or ckptlog path"
@@ -254,7 +258,10 @@ class _LmdbRead(ReadTxn):
         db = self._db(table)
         if db is None or not key:  # LMDB rejects an empty key; none can be stored anyway
             return None
-        value: bytes | None = self._txn.get(key, db=db)
+        try:
+            value: bytes | None = self._txn.get(key, db=db)
+        except lmdb.Error as e:
+            raise _translate(e, "reading") from e
         return value
 
     def scan(
@@ -273,6 +280,14 @@ class _LmdbRead(ReadTxn):
         return islice(it, limit) if limit is not None else it
 
     def _scan(
+        self, db: Any, start: bytes | None, stop: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        try:
+            yield from self._scan_raw(db, start, stop, reverse)
+        except lmdb.Error as e:  # a damaged page: say so in our terms
+            raise _translate(e, "scanning") from e
+
+    def _scan_raw(
         self, db: Any, start: bytes | None, stop: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
         cur = self._txn.cursor(db=db)
@@ -417,7 +432,7 @@ class LmdbBackend(Backend):
                     map_size_max,
                 )
                 try:
-                    env.check_marker(marker_table)
+                    env.check_marker(marker_table, self._tables)
                 except BaseException:
                     env.env.close()
                     raise

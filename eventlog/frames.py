@@ -30,7 +30,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="ev"
     at: float = 0.0
 
 
-class FanOutHeader(msgspec.Struct, frozen=True, array_like=True):
+class FanOutHeader(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A fan-out in a record's ``fan_out_progress``; ``fid`` is its id within the stream."""
 
     fid: int

@@ -21,7 +21,9 @@ SaveKind = Literal["save", "fan_out_internal", "fan_out_in_flight_failure"]
 SAVE_KINDS: tuple[SaveKind, ...] = ("save", "fan_out_internal", "fan_out_in_flight_failure")
 
 
-class NodePosition(msgspec.Struct, frozen=True, array_like=True):
+class NodePosition(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    # gc=False: only strings and ints inside, so no reference cycle can pass through it; large
+    # fan-outs hold millions of these, and tracking them made collections dominate replay.
     namespace: tuple[str, ...]
     node_name: str
     step: int
@@ -39,7 +41,7 @@ class FanOutInstanceProgress(msgspec.Struct, frozen=True, array_like=True):
 NOT_STARTED = FanOutInstanceProgress("not_started")
 
 
-class EnclosingFanOutInstance(msgspec.Struct, frozen=True, array_like=True):
+class EnclosingFanOutInstance(msgspec.Struct, frozen=True, array_like=True, gc=False):
     namespace: tuple[str, ...]
     fan_out_node_name: str
     fan_out_index: int

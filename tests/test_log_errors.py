@@ -578,3 +578,19 @@ def test_reopen_sees_everything(open_log: OpenLog) -> None:
     assert done is not None
     assert (done.seq, done.global_seq) == (9, 31)
     assert again.verify().ok
+
+
+def test_a_log_being_created_by_another_process_is_not_refused(tmp_path: Path) -> None:
+    """Another process created some of our tables but not yet ``meta``: that is our log in the
+    making, not a foreign environment (two writers creating one new log at once)."""
+    import lmdb
+
+    path = tmp_path / "log"
+    path.mkdir()
+    env = lmdb.open(str(path), max_dbs=64)
+    for name in (b"log", b"streams", b"stream_ids"):
+        env.open_db(name)
+    env.close()
+    with EventLog.open(path) as log:
+        log.append("s", Event(name="first"))
+        assert log.verify().ok
