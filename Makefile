@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP_RUN := $(VENV)/.stamp-run
 STAMP_DEV := $(VENV)/.stamp-dev
+STAMP_BENCH := $(VENV)/.stamp-bench
 PKG_DIRS := eventlog projections backends
 
 .PHONY: demo test lint type check bench-smoke bench clean
@@ -20,6 +21,10 @@ $(STAMP_RUN): pyproject.toml | $(PY)
 $(STAMP_DEV): pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[dev]'
 	touch $@ $(STAMP_RUN)
+
+$(STAMP_BENCH): pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[dev,bench]'
+	touch $@ $(STAMP_DEV) $(STAMP_RUN)
 
 demo: $(STAMP_RUN)
 	$(PY) -m eventlog.demo --path demo-data/fanout.ckpt
@@ -37,14 +42,18 @@ type: $(STAMP_DEV)
 check: lint type test
 
 bench-smoke: $(STAMP_DEV)
+	$(PY) -m benchmarks run --quick
 	$(PY) -m benchmarks.log_append --quick
 	$(PY) -m benchmarks.checkpoints --quick
 	$(PY) -m benchmarks.langgraph_growth --quick
+	$(PY) -m benchmarks.forensics --quick
 
-bench: $(STAMP_DEV)
+bench: $(STAMP_BENCH)
+	$(PY) -m benchmarks run --doc
 	$(PY) -m benchmarks.log_append
 	$(PY) -m benchmarks.checkpoints
 	$(PY) -m benchmarks.langgraph_growth
+	$(PY) -m benchmarks.forensics
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache

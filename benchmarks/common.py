@@ -189,3 +189,22 @@ def write_json(path: str | os.PathLike[str], payload: Any) -> Path:
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     os.replace(tmp, target)
     return target
+
+
+def versions(packages: Sequence[str]) -> dict[str, str | None]:
+    """Installed versions of ``packages`` (``None`` for those not installed)."""
+    return {p: _version(p) for p in packages}
+
+
+def process_write_bytes() -> int | None:
+    """Bytes this process (all its threads) has handed to write system calls so far: ``wchar``
+    of ``/proc/self/io`` on Linux, ``None`` elsewhere. Page-granular storage engines write whole
+    pages, so this counts what they really write, not the payload."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None

@@ -17,6 +17,8 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +48,9 @@ class Slot:
     header: FanOutHeader
     instances: list[FanOutInstanceProgress]
     src: Any = None  # the caller's instances tuple last seen, for cheap change detection
+    states: list[str] | None = None  # ``src``'s instance states (valid while ``src`` is set)
+    results: list[Any] = field(default_factory=list)  # ``src``'s instance results, likewise
+    in_flight: set[int] = field(default_factory=set)  # indices in flight in ``src``
 
     @property
     def key(self) -> FanOutKey:
@@ -274,6 +279,30 @@ def replace_instances(frame: Save) -> Save:
     return msgspec.structs.replace(frame, layout=None, instances=())
 
 
+def _changed_indices(
+    slot: Slot, new_src: Any, old_src: Any
+) -> tuple[list[int], list[str], list[Any]]:
+    """Indices of ``new_src`` that differ from the slot, with ``new_src``'s states and results.
+
+    Against the caller's previous tuple, an instance can differ only if its state or its result
+    object changed, or it is in flight (it may have gained inner positions): those candidates
+    are found by comparing whole lists in C, then checked one by one. Without a previous tuple,
+    every instance is compared with the slot's own.
+    """
+    states = [x.state for x in new_src]
+    results = [x.result for x in new_src]
+    if old_src is None or slot.states is None or len(slot.states) != len(states):
+        base = old_src if old_src is not None else slot.instances
+        diff = [i for i, inst in enumerate(new_src) if not _same_instance(inst, base[i])]
+        return diff, states, results
+    everyone = range(len(states))
+    candidates = set(itertools.compress(everyone, map(operator.ne, states, slot.states)))
+    candidates.update(itertools.compress(everyone, map(operator.is_not, results, slot.results)))
+    candidates.update(slot.in_flight)
+    diff = sorted(i for i in candidates if not _same_instance(new_src[i], old_src[i]))
+    return diff, states, results
+
+
 def _fan_out_delta(
     head: Head | None, progress: Any
 ) -> tuple[tuple[FanOutHeader, ...] | None, tuple[InstanceChange, ...], list[Slot] | None, int]:
@@ -302,13 +331,17 @@ def _fan_out_delta(
             old_src = slot.src
         instances = slot.instances
         fid = slot.header.fid
-        for i, inst in enumerate(new_src):
-            prev = old_src[i] if old_src is not None else instances[i]
-            if not _same_instance(inst, prev):
-                conv = instance_from(inst)
-                if conv != instances[i]:
-                    instances[i] = conv
-                    changes.append(InstanceChange(fid, i, conv))
+        changed, states, results = _changed_indices(slot, new_src, old_src)
+        for i in changed:
+            conv = instance_from(new_src[i])
+            if conv != instances[i]:
+                instances[i] = conv
+                changes.append(InstanceChange(fid, i, conv))
+        if old_src is None or slot.states is None:
+            slot.in_flight = {i for i, st in enumerate(states) if st == "in_flight"}
+        else:
+            slot.in_flight = {i for i in (*slot.in_flight, *changed) if states[i] == "in_flight"}
+        slot.states, slot.results = states, results
         slot.src = new_src
         slots.append(slot)
     old_order = [s.header.fid for s in old_slots]

@@ -1,0 +1,234 @@
+"""Save-throughput benchmark: ckptlog against the checkpointers people use today.
+
+    python -m benchmarks run [--scenario S ...] [--backend B ...] [--quick] [--doc]
+    python -m benchmarks report [--json PATH] [--doc PATH]
+    python -m benchmarks list
+
+``run`` prints aligned tables, writes JSON under ``benchmarks/results/`` (``bench.json`` for a
+full run of everything, ``bench.quick.json`` with ``--quick``, ``bench.partial.json`` otherwise,
+so a smoke or partial run never overwrites the published figures) and, with ``--doc``,
+regenerates ``docs/benchmarks.md`` and its plots from that JSON. ``report`` regenerates the doc
+from an existing JSON. The same entry point is ``ckptlog bench``: :func:`main` takes the
+arguments after ``bench`` (no command, or options only, means ``run``) and returns the exit
+status: 0; 1 when a peer failed a scenario (its row says ``error``); 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import environment, loadavg, versions, write_json
+from benchmarks.harness import Progress, Runner
+from benchmarks.peers import PEER_NAMES, all_peers, select
+from benchmarks.peers.base import Peer, describe
+from benchmarks.report import DOC, compute_targets, print_tables, write_doc
+from benchmarks.scenarios import SCENARIOS
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PEER_PACKAGES = (
+    "openarmature",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-lmdb",
+    "techrevati-runtime",
+    "matplotlib",
+)
+BUILD_BUDGET_S = {"ckptlog": 180.0, "default": 75.0}  # read scenarios' history building
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=(__doc__ or "").splitlines()[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run scenarios, print tables, write JSON")
+    run.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"scenario(s) to run, repeatable or comma-separated: {', '.join(SCENARIOS)} "
+        "(default: all)",
+    )
+    run.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="PEER",
+        help="peer(s) or families to run, repeatable or comma-separated (default: all): "
+        f"{', '.join(PEER_NAMES)}",
+    )
+    run.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run for CI")
+    run.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 5)")
+    run.add_argument("--out", type=Path, default=None, help="JSON path (default: see above)")
+    run.add_argument("--dir", type=Path, default=None, help="data directory (default: a tmp)")
+    run.add_argument("--doc", action="store_true", help="also regenerate docs/benchmarks.md")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    rep = sub.add_parser("report", help="regenerate docs/benchmarks.md from a JSON result")
+    rep.add_argument("--json", type=Path, default=RESULTS / "bench.json")
+    rep.add_argument("--doc", type=Path, default=DOC)
+    sub.add_parser("list", help="list scenarios and peers (with durability)")
+    return parser
+
+
+def _scenarios(tokens: list[str]) -> list[str]:
+    names = [p.strip() for t in tokens for p in t.split(",") if p.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {unknown}; expected some of {list(SCENARIOS)}")
+    return [n for n in SCENARIOS if n in names] if names else list(SCENARIOS)
+
+
+def _default_out(quick: bool, complete: bool) -> Path:
+    if quick:
+        return RESULTS / "bench.quick.json"
+    return RESULTS / ("bench.json" if complete else "bench.partial.json")
+
+
+def _budget(peer: Peer) -> float:
+    return BUILD_BUDGET_S.get(peer.family, BUILD_BUDGET_S["default"])
+
+
+async def _run_all(scenario_names: list[str], peers: list[Peer], runner: Runner) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in scenario_names:
+        scenario = SCENARIOS[name]
+        started = time.monotonic()
+        load_before = loadavg()
+        results = await runner.run(scenario, peers)
+        out[name] = {
+            "title": scenario.title,
+            "description": scenario.description,
+            "mode": scenario.mode,
+            "metric": scenario.metric,
+            "primary": scenario.primary,
+            "higher_is_better": scenario.higher_is_better,
+            "loadavg_before": load_before,
+            "loadavg_after": loadavg(),
+            "seconds": round(time.monotonic() - started, 1),
+            "params": [r.to_json() for r in results],
+        }
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario_names = _scenarios(args.scenario)
+    peer_names = select(args.backend)
+    quick: bool = args.quick
+    repeats = args.repeats if args.repeats is not None else (2 if quick else 5)
+    if repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {repeats}")
+    peers, missing = all_peers(peer_names)
+    complete = len(scenario_names) == len(SCENARIOS) and peer_names == PEER_NAMES
+    out_path: Path = args.out or _default_out(quick, complete)
+
+    root = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))
+    try:
+        env = environment(durability="per peer: see peers", data_dir=str(root))
+        env["peer_packages"] = versions(PEER_PACKAGES)
+        progress = Progress(0, enabled=not args.no_progress)
+        runner = Runner(
+            root, quick=quick, repeats=repeats, progress=progress, build_budget_s=_budget
+        )
+        progress.total = max(1, sum(runner.units(SCENARIOS[n], peers) for n in scenario_names))
+        started = time.monotonic()
+        try:
+            scenarios = asyncio.run(_run_all(scenario_names, peers, runner))
+        finally:
+            progress.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    payload: dict[str, Any] = {
+        "benchmark": "bench",
+        "schema": 1,
+        "quick": quick,
+        "complete": complete,
+        "command": "python -m benchmarks " + " ".join(args.argv),
+        "environment": env,
+        "loadavg_end": loadavg(),
+        "seconds": round(time.monotonic() - started, 1),
+        "settings": {
+            "repeats": repeats,
+            "warmup_runs": 1,
+            "build_budget_s": BUILD_BUDGET_S,
+            "scenarios": {n: SCENARIOS[n].settings(quick) for n in scenario_names},
+        },
+        "peers": {p.name: describe(p) for p in peers},
+        "missing_peers": missing,
+        "scenarios": scenarios,
+    }
+    payload["targets"] = compute_targets(payload)
+    print_tables(payload)
+    written = write_json(out_path, payload)
+    print(f"\nwrote {written}")
+    if args.doc:
+        doc = write_doc(payload, DOC, json_path=written)
+        print(f"wrote {doc}")
+    errors = [
+        (name, p["label"], row["label"], row["reason"])
+        for name, sc in scenarios.items()
+        for p in sc["params"]
+        for row in p["rows"]
+        if row["status"] == "error"
+    ]
+    for name, param, label, reason in errors:
+        print(f"ERROR {name} {param} {label}: {reason}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    if not args.json.exists():
+        raise ValueError(f"no results at {args.json}; run `python -m benchmarks run` first")
+    payload = json.loads(args.json.read_text(encoding="utf-8"))
+    doc = write_doc(payload, args.doc, json_path=args.json)
+    print(f"wrote {doc}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for name, sc in SCENARIOS.items():
+        print(f"{name:<11} {sc.title}")
+    print()
+    peers, missing = all_peers()
+    for p in peers:
+        print(f"{p.name:<18} {p.durability.kind:<8} {p.durability.detail}")
+    for name, why in missing.items():
+        print(f"{name:<18} n/a      {why}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark CLI with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list or (args_list[0].startswith("-") and args_list[0] not in ("-h", "--help")):
+        args_list.insert(0, "run")  # `ckptlog bench --quick` means `run --quick`
+    parser = _parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as e:  # --help (0) or a usage error (2): a status, not an exit
+        return e.code if isinstance(e.code, int) else 2
+    args.argv = args_list
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "report":
+            return cmd_report(args)
+        return cmd_list(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,553 @@
+"""Tables, targets, ``docs/benchmarks.md`` and its plots, all from the JSON of a run.
+
+Invariants:
+- Everything here reads the JSON only (never re-measures), so ``python -m benchmarks report``
+  regenerates the same page from a stored result.
+- Plots need matplotlib (the ``bench`` extra); without it the page is still written and says
+  that its plots were not generated and how to get them.
+- A cell shows the row's primary value and, in parentheses, how many times better the ckptlog
+  row it is compared with is (``=``: the row is that ckptlog row).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO_ROOT, print_table
+
+DOC = REPO_ROOT / "docs" / "benchmarks.md"
+PLOTS_DIRNAME = "benchmarks"  # docs/benchmarks/*.png, next to the page
+
+Row = dict[str, Any]
+Targets = list[dict[str, Any]]
+
+
+# -- reading the JSON ---------------------------------------------------------------------------
+
+
+def _row(payload: dict[str, Any], scenario: str, key: str, label: str) -> Row | None:
+    sc = payload.get("scenarios", {}).get(scenario)
+    if sc is None:
+        return None
+    for param in sc["params"]:
+        if param["key"] == key:
+            for row in param["rows"]:
+                if row["label"] == label:
+                    return row  # type: ignore[no-any-return]
+    return None
+
+
+def _ok(row: Row | None) -> bool:
+    return row is not None and row["status"] == "ok"
+
+
+def _labels(sc: dict[str, Any]) -> list[str]:
+    seen: list[str] = []
+    for param in sc["params"]:
+        for row in param["rows"]:
+            if row["label"] not in seen:
+                seen.append(row["label"])
+    return seen
+
+
+# -- targets ------------------------------------------------------------------------------------
+
+
+def _target(
+    name: str, definition: str, value: float | None, goal: str, met: bool | None, note: str = ""
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "definition": definition,
+        "value": None if value is None else round(value, 3),
+        "target": goal,
+        "met": met,
+        "note": note,
+    }
+
+
+def compute_targets(payload: dict[str, Any]) -> Targets:
+    """The issue's targets, from the rows measured (``met`` is None when a row is missing)."""
+    out: Targets = []
+    linear = payload.get("scenarios", {}).get("linear")
+    for param in linear["params"] if linear else []:
+        row = _row(payload, "linear", param["key"], "oa-sqlite-pickle")
+        r = row.get("ratio") if _ok(row) and row else None
+        out.append(
+            _target(
+                f"linear {param['label']}",
+                "ckptlog-process saves/s / oa-sqlite-pickle saves/s",
+                r,
+                ">= 5",
+                None if r is None else r >= 5,
+            )
+        )
+    key = "n=10000,batching=0"
+    sqlite = _row(payload, "fanout", key, "oa-sqlite-pickle · save")
+    ours_inst = _row(payload, "fanout", key, "ckptlog-process · save_instance")
+    r = sqlite.get("ratio") if sqlite and _ok(sqlite) else None
+    out.append(
+        _target(
+            "fanout N=10,000 saves/s",
+            "ckptlog-process save_fan_out_internal saves/s / oa-sqlite-pickle saves/s "
+            "(whole openarmature records, unbatched)",
+            r,
+            ">= 20",
+            None if r is None else r >= 20,
+        )
+    )
+    rb = sqlite.get("ratio_bytes") if sqlite and _ok(sqlite) else None
+    out.append(
+        _target(
+            "fanout N=10,000 bytes written",
+            "oa-sqlite-pickle bytes written per save / ckptlog-process save_fan_out_internal's "
+            "(ckptlog writes 1/value)",
+            rb,
+            ">= 20 (ckptlog <= 1/20)",
+            None if rb is None else rb >= 20,
+        )
+    )
+    if sqlite and ours_inst and _ok(sqlite) and _ok(ours_inst):
+        v = ours_inst["rate_median"] / sqlite["rate_median"]
+        out.append(
+            _target(
+                "fanout N=10,000 saves/s, save_instance",
+                "ckptlog-process save_instance saves/s / oa-sqlite-pickle saves/s (informative: "
+                "an O(1) API the engine does not call)",
+                v,
+                "-",
+                None,
+            )
+        )
+    load = payload.get("scenarios", {}).get("load")
+    if load:
+        for label in ("ckptlog-process", "ckptlog-process · sync"):
+            pts = [
+                (p["values"]["history"], row["p50_us"])
+                for p in load["params"]
+                for row in p["rows"]
+                if row["label"] == label and row["status"] == "ok"
+            ]
+            if len(pts) >= 2:
+                (h0, p0), (h1, p1) = pts[0], pts[-1]
+                flat = p1 / p0
+                out.append(
+                    _target(
+                        f"load p50 flat ({label})",
+                        f"p50 at {h1:,} saves of history / p50 at {h0:,}",
+                        flat,
+                        "<= 2",
+                        flat <= 2,
+                        "" if h1 >= 1_000_000 else f"history capped at {h1:,} saves",
+                    )
+                )
+    return out
+
+
+# -- formatting ---------------------------------------------------------------------------------
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def _num(v: Any) -> str:
+    return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+
+def fmt_ratio(r: float | None) -> str:
+    if r is None:
+        return ""
+    if r >= 10:
+        return f"{r:,.0f}x"
+    return f"{r:.2f}x" if r < 1 else f"{r:.1f}x"
+
+
+def _primary_value(sc: dict[str, Any], row: Row) -> str:
+    if sc["primary"] == "p50_us":
+        v = row["p50_us"]
+        return f"{v / 1000:,.2f}" if sc["metric"].startswith("ms") else f"{v:,.1f}"
+    return f"{row['rate_median']:,.0f}"
+
+
+def _status(row: Row) -> str | None:
+    return None if row["status"] == "ok" else row["status"]
+
+
+def _cell(row: Row | None, value: Callable[[Row], str], ratio_key: str | None) -> str:
+    if row is None:
+        return ""
+    status = _status(row)
+    if status is not None:
+        return status
+    text = value(row)
+    if ratio_key is not None:
+        if row.get("reference") == row["label"]:
+            return f"{text} (=)"
+        r = fmt_ratio(row.get(ratio_key))
+        if r:
+            return f"{text} ({r})"
+    return text
+
+
+def _table(
+    payload: dict[str, Any], name: str, what: str
+) -> tuple[list[str], list[list[str]]] | None:
+    sc = payload["scenarios"][name]
+    params = sc["params"]
+    if what == "latency" and sc["mode"] == "read" and name == "replay":
+        return None
+    if what == "bytes" and sc["mode"] != "write":
+        return None
+    headers = ["row", "durability"] + [p["label"] for p in params]
+    rows = []
+    for label in _labels(sc):
+        by_param = [next((r for r in p["rows"] if r["label"] == label), None) for p in params]
+        durability = next((r["durability"] for r in by_param if r), "")
+        if what == "primary":
+            cells = [_cell(r, lambda r: _primary_value(sc, r), "ratio") for r in by_param]
+        elif what == "latency":
+            cells = [
+                _cell(r, lambda r: f"{r['p50_us']:,.0f} / {r['p99_us']:,.0f}", None)
+                if r is None or r["status"] != "ok" or r.get("p50_us") is not None
+                else "-"
+                for r in by_param
+            ]
+        else:
+            cells = [
+                _cell(r, lambda r: fmt_bytes(r.get("bytes_per_op")), "ratio_bytes")
+                for r in by_param
+            ]
+        rows.append([label, durability, *cells])
+    return headers, rows
+
+
+TABLE_TITLES = {
+    "primary": "{metric}; in parentheses, how many times better the ckptlog row compared with "
+    "is ((=): the row is that ckptlog row)",
+    "latency": "latency per operation, p50 / p99 (µs)",
+    "bytes": "bytes written per save (write system calls); in parentheses, this row's bytes / "
+    "the compared ckptlog row's",
+}
+
+
+def _notes(sc: dict[str, Any]) -> list[str]:
+    """One line per (row, status, reason), naming the parameters it applies to."""
+    where: dict[tuple[str, str, str], list[str]] = {}
+    for param in sc["params"]:
+        for row in param["rows"]:
+            if row["status"] != "ok":
+                key = (row["label"], row["status"], row.get("reason", ""))
+                where.setdefault(key, []).append(param["label"])
+    every = len(sc["params"])
+    return [
+        f"{label} ({'all' if len(ps) == every else ', '.join(ps)}): {status}: {reason}"
+        for (label, status, reason), ps in where.items()
+    ]
+
+
+def print_tables(payload: dict[str, Any]) -> None:
+    for name, sc in payload["scenarios"].items():
+        print(f"\n== {name}: {sc['title']} ==")
+        for what in ("primary", "latency", "bytes"):
+            table = _table(payload, name, what)
+            if table is None:
+                continue
+            headers, rows = table
+            print()
+            print_table(
+                headers,
+                rows,
+                align="ll" + "r" * (len(headers) - 2),
+                title=TABLE_TITLES[what].format(metric=sc["metric"]),
+            )
+        for note in _notes(sc):
+            print(f"  - {note}")
+    if payload.get("targets"):
+        print("\n== targets ==")
+        rows = [
+            [
+                t["name"],
+                "-" if t["value"] is None else f"{t['value']:,.2f}",
+                t["target"],
+                {True: "met", False: "MISSED", None: "-"}[t["met"]],
+            ]
+            for t in payload["targets"]
+        ]
+        print_table(["target", "value", "goal", ""], rows, align="lrrl")
+
+
+# -- docs/benchmarks.md ---------------------------------------------------------------------------
+
+
+def _md_table(headers: list[str], rows: list[list[str]], align: str) -> list[str]:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    out = ["| " + " | ".join(esc(h) for h in headers) + " |"]
+    out.append("|" + "|".join("---" if a == "l" else "---:" for a in align) + "|")
+    out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def plot(payload: dict[str, Any], plots_dir: Path) -> tuple[dict[str, str], str]:
+    """Write the PNG plots; ``({scenario: file name}, why none)``."""
+    try:
+        import matplotlib  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+    except ImportError:
+        return {}, (
+            "Plots were not generated: matplotlib is not installed "
+            "(`pip install -e '.[bench]'`, then `python -m benchmarks report`)."
+        )
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    made: dict[str, str] = {}
+    palette = plt.get_cmap("tab20")  # a listed colormap: index i is its i-th color
+
+    def draw(ax: Any, sc: dict[str, Any], params: list[dict[str, Any]], x: str, y: str) -> None:
+        for i, label in enumerate(_labels(sc)):
+            pts = [
+                (p["values"][x], r[y])
+                for p in params
+                for r in p["rows"]
+                if r["label"] == label and r["status"] == "ok" and r.get(y)
+            ]
+            if pts:
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    "-" if label.startswith("ckptlog") else "--",
+                    marker="o",
+                    color=palette(i % palette.N),
+                    label=label,
+                )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+
+    fan = payload["scenarios"].get("fanout")
+    if fan:
+        fig, axes = plt.subplots(1, 2, figsize=(13, 6.5), sharey=True)
+        for ax, batched in zip(axes, (False, True), strict=True):
+            params = [p for p in fan["params"] if bool(p["values"]["batching"]) == batched]
+            draw(ax, fan, params, "n", "rate_median")
+            ax.set_xlabel("instances in the fan-out (N)")
+            ax.set_title("batched" if batched else "unbatched (durable per save)")
+        axes[0].set_ylabel("saves/s (median)")
+        handles: dict[str, Any] = {}
+        for ax in axes:
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(lab, h)
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8)
+        fig.suptitle("fanout: saves/s vs fan-out size (solid: ckptlog)")
+        fig.tight_layout(rect=(0, 0.17, 1, 1))
+        fig.savefig(plots_dir / "fanout.png", dpi=110)
+        plt.close(fig)
+        made["fanout"] = "fanout.png"
+    load = payload["scenarios"].get("load")
+    if load:
+        fig, ax = plt.subplots(figsize=(10, 5))
+        draw(ax, load, load["params"], "history", "p50_us")
+        ax.set_xlabel("saves of history")
+        ax.set_ylabel("load latency p50 (µs)")
+        ax.set_title("load: head load latency vs history length (solid: ckptlog)")
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        fig.savefig(plots_dir / "load.png", dpi=110)
+        plt.close(fig)
+        made["load"] = "load.png"
+    return made, ""
+
+
+METHOD = """\
+- Every scenario runs every row in one process, interleaved: one warm-up run per row
+  (discarded), then {repeats} timed rounds, the row order reversed every other round
+  (A B C, C B A, ...), so the drift of a shared machine spreads over all rows alike.
+- Throughput is the median over the timed runs; p50 / p99 pool every timed operation of every
+  run; bytes written are the `wchar` of `/proc/self/io` (every byte the process handed to a
+  write system call, all threads; page-granular engines write whole pages) per save.
+- Inputs are built before the timer: openarmature records (fan-out records with all N
+  instances, each a fresh `FanOutInstanceProgress`, as the engine builds them), LangGraph
+  checkpoints, techrevati states, and the garbage collector is run before every timed section
+  (it stays enabled inside it). Write scenarios use a fresh store per run.
+- Ratios compare each row with a ckptlog row of the same durability class (`none` counts as
+  `process`), the same shape of fan-out save (whole record vs one instance) and, for `load`,
+  the same calling convention. Ratios > 1 mean ckptlog is better.
+- Read scenarios build their stores through each peer's own save API; peers that fsync every
+  commit build with the fsync relaxed (stated per peer below; reads do not depend on it), and
+  a history that would take longer than the build budget ({budgets}) is reported `skipped`.
+- A scenario a peer's API cannot express is reported `n/a` with the reason, never emulated.
+- fsync rows measure this machine's disk as much as the code: its fsync latency varies by more
+  than 10x within minutes (a virtual disk shared with other work), so compare fsync rows within
+  one run (they are interleaved), not across runs.
+- `load` and `list` for ckptlog and openarmature go through the async protocol (one
+  `asyncio.to_thread` hop each, tens of µs); ckptlog's `sync` load row is the log's own cost.
+- Bytes written count whole pages: every LMDB commit rewrites the leaf page of each table it
+  touches plus the branch and meta pages; SQLite writes WAL frames, then checkpoints them
+  into the database file."""
+
+
+def _env_lines(payload: dict[str, Any]) -> list[str]:
+    env = payload["environment"]
+    pk = {**env.get("packages", {}), **env.get("peer_packages", {})}
+    git = env.get("git") or {}
+    rows = [
+        ["when (UTC)", str(env.get("timestamp_utc"))],
+        [
+            "machine",
+            f"{env.get('cpu_model')} ({env.get('machine')}), "
+            f"{env.get('cpus_usable')} usable CPUs of {env.get('cpu_count')}",
+        ],
+        ["platform", str(env.get("platform"))],
+        ["Python", f"{env.get('python')} ({env.get('python_implementation')})"],
+        ["filesystem", str(env.get("filesystem"))],
+        [
+            "load average (1/5/15 min)",
+            f"start {env.get('loadavg_1_5_15')}, end {payload.get('loadavg_end')} "
+            "(2 cores shared with other work)",
+        ],
+        ["libraries", f"LMDB {env.get('liblmdb')}, zstd {env.get('libzstd')}"],
+        ["packages", ", ".join(f"{k} {v}" for k, v in pk.items() if v)],
+        ["git", f"{git.get('commit')}{' (dirty tree)' if git.get('dirty') else ''}"],
+        [
+            "run",
+            f"`{payload.get('command')}`, {payload.get('seconds')} s, "
+            f"{payload['settings']['repeats']} repeats",
+        ],
+    ]
+    return _md_table(["", ""], rows, "ll")
+
+
+def _peer_lines(payload: dict[str, Any]) -> list[str]:
+    env = payload["environment"]
+    versions = {**env.get("packages", {}), **env.get("peer_packages", {})}
+    rows = []
+    for name, p in payload["peers"].items():
+        d = p["durability"]
+        note = f" {p['build_note']}." if p.get("build_note") else ""
+        rows.append(
+            [
+                f"`{name}`",
+                f"{p['package']} {versions.get(p['package']) or ''}".strip(),
+                f"**{d['kind']}**",
+                d["detail"] + "." + note,
+                p["api"],
+            ]
+        )
+    for name, why in payload.get("missing_peers", {}).items():
+        rows.append([f"`{name}`", "-", "n/a", why, "-"])
+    return _md_table(
+        ["peer", "package", "durability", "what a returned save survives", "API"], rows, "lllll"
+    )
+
+
+def _target_lines(payload: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            t["name"],
+            t["definition"],
+            "-" if t["value"] is None else f"{t['value']:,.2f}",
+            t["target"],
+            {True: "met", False: "**missed**", None: "-"}[t["met"]]
+            + (f" ({t['note']})" if t.get("note") else ""),
+        ]
+        for t in payload.get("targets", [])
+    ]
+    return _md_table(["target", "definition", "measured", "goal", ""], rows, "llrrl")
+
+
+def render(
+    payload: dict[str, Any], *, json_path: str, plots: dict[str, str], plot_note: str
+) -> str:
+    settings = payload["settings"]
+    budgets = ", ".join(f"{k} {v:.0f} s" for k, v in settings["build_budget_s"].items())
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Benchmarks: ckptlog against the checkpointers people use today",
+        "",
+        f"Generated {stamp} by `python -m benchmarks report` from `{json_path}`"
+        + (" (a **quick** smoke run: tiny sizes, not figures to quote)" if payload["quick"] else "")
+        + ". Do not edit by hand: rerun instead.",
+        "",
+        "```console",
+        "$ .venv/bin/python -m benchmarks run --doc          # full run: JSON, tables, this page",
+        "$ .venv/bin/python -m benchmarks run --quick        # smoke run of every scenario",
+        "$ .venv/bin/python -m benchmarks run --scenario fanout --backend ckptlog,openarmature",
+        "$ .venv/bin/python -m benchmarks report             # this page from the stored JSON",
+        "```",
+        "",
+        "## Targets",
+        "",
+        *_target_lines(payload),
+        "",
+        "## Environment",
+        "",
+        *_env_lines(payload),
+        "",
+        "## Peers and their durability",
+        "",
+        "Durability is compared like for like: openarmature's `SQLiteCheckpointer` runs SQLite "
+        "WAL with `synchronous=NORMAL` (survives a killed process, not power loss), so it is "
+        "compared with ckptlog's `process` mode; ckptlog's `fsync` mode is reported beside it "
+        "and is what the peers that fsync every commit are compared with.",
+        "",
+        *_peer_lines(payload),
+        "",
+        "## Method",
+        "",
+        METHOD.format(repeats=settings["repeats"], budgets=budgets),
+        "",
+    ]
+    if plot_note:
+        lines += [f"> {plot_note}", ""]
+    for name, sc in payload["scenarios"].items():
+        lines += [f"## `{name}`: {sc['title']}", "", sc["description"], ""]
+        params = "; ".join(
+            f"{p['label']}: " + ", ".join(f"{k}={_num(v)}" for k, v in p["values"].items())
+            for p in sc["params"]
+        )
+        lines += [
+            f"Parameters: {params}. Load average before / after: {sc.get('loadavg_before')} / "
+            f"{sc.get('loadavg_after')}; {sc.get('seconds')} s.",
+            "",
+        ]
+        if name in plots:
+            lines += [f"![{name}]({PLOTS_DIRNAME}/{plots[name]})", ""]
+        for what in ("primary", "latency", "bytes"):
+            table = _table(payload, name, what)
+            if table is None:
+                continue
+            headers, rows = table
+            lines += [f"*{TABLE_TITLES[what].format(metric=sc['metric'])}*", ""]
+            lines += _md_table(headers, rows, "ll" + "r" * (len(headers) - 2))
+            lines.append("")
+        notes = _notes(sc)
+        if notes:
+            lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_doc(payload: dict[str, Any], doc: Path, *, json_path: Path | str) -> Path:
+    """Write ``doc`` (and its plots beside it) from ``payload``."""
+    plots_dir = doc.parent / PLOTS_DIRNAME
+    plots, note = plot(payload, plots_dir)
+    shown = Path(json_path)
+    with contextlib.suppress(ValueError):  # outside the repository: shown as given
+        shown = shown.resolve().relative_to(REPO_ROOT)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    tmp = doc.with_name(doc.name + ".tmp")
+    tmp.write_text(
+        render(payload, json_path=str(shown), plots=plots, plot_note=note), encoding="utf-8"
+    )
+    tmp.replace(doc)
+    return doc
