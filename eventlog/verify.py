@@ -159,4 +159,3 @@ def verify_log(log: EventLog, progress: Callable[[int, int], None] | None = None
     if progress is not None:
         progress(report.frames, total)
     return report
-
