@@ -583,8 +583,6 @@ def test_reopen_sees_everything(open_log: OpenLog) -> None:
 def test_a_log_being_created_by_another_process_is_not_refused(tmp_path: Path) -> None:
     """Another process created some of our tables but not yet ``meta``: that is our log in the
     making, not a foreign environment (two writers creating one new log at once)."""
-    import lmdb
-
     path = tmp_path / "log"
     path.mkdir()
     env = lmdb.open(str(path), max_dbs=64)
