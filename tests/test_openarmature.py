@@ -535,6 +535,10 @@ def plain(record: Any) -> Any:
                     )
                     for i in f.instances
                 ],
+                [
+                    (tuple(e.namespace), e.fan_out_node_name, e.fan_out_index)
+                    for e in f.enclosing_fan_out_lineage
+                ],
             )
             for f in record.fan_out_progress
         ],
