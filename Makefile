@@ -7,6 +7,8 @@ STAMP_RUN := $(VENV)/.stamp-run
 STAMP_DEV := $(VENV)/.stamp-dev
 STAMP_BENCH := $(VENV)/.stamp-bench
 PKG_DIRS := eventlog projections backends
+# Smoke runs write their JSON here, never over the published figures in benchmarks/results/.
+SMOKE_OUT := $(shell mktemp -d)
 
 .PHONY: demo test lint type check bench-smoke bench clean
 
@@ -43,10 +45,11 @@ check: lint type test
 
 bench-smoke: $(STAMP_DEV)
 	$(PY) -m benchmarks run --quick
-	$(PY) -m benchmarks.log_append --quick
-	$(PY) -m benchmarks.checkpoints --quick
-	$(PY) -m benchmarks.langgraph_growth --quick
-	$(PY) -m benchmarks.forensics --quick
+	$(PY) -m benchmarks.log_append --quick --json $(SMOKE_OUT)/log_append.json
+	$(PY) -m benchmarks.checkpoints --quick --out $(SMOKE_OUT)/checkpoints.json
+	$(PY) -m benchmarks.langgraph_growth --quick --out $(SMOKE_OUT)/langgraph_growth.json
+	$(PY) -m benchmarks.forensics --quick --out $(SMOKE_OUT)/forensics.json
+	$(PY) -m benchmarks.openarmature_fanout --quick --out $(SMOKE_OUT)/openarmature_fanout.json
 
 bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks run --doc
@@ -54,6 +57,7 @@ bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.checkpoints
 	$(PY) -m benchmarks.langgraph_growth
 	$(PY) -m benchmarks.forensics
+	$(PY) -m benchmarks.openarmature_fanout --sizes 1000
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache
