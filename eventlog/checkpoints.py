@@ -42,6 +42,7 @@ from eventlog.materialized import (
     TABLES,
     HeadRow,
     corr_prefix,
+    decode_row,
     delete_rows,
     last_snapshot_at_or_before,
     read_head,
@@ -408,17 +409,24 @@ class CheckpointLog:
                 return True
             return False
 
-    def flush(self) -> None:
-        """Commit every buffered save now."""
+    def _reset_pending(self) -> None:
         with self._pending_lock:
             self._pending = 0
+
+    def flush(self) -> None:
+        """Commit every buffered save now."""
+        self._reset_pending()
         self.log.flush()
+
+    def _delete_frame(self, invocation_id: str) -> _Delete:
+        """Validate, drop the invocation's buffered saves, and build its tombstone."""
+        stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
+        self.log.discard_buffered(invocation_id)
+        return _Delete(self, time.time())
 
     def delete(self, invocation_id: str) -> None:
         """Forget ``invocation_id`` (a tombstone is logged; its history stays for audit)."""
-        stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
-        self.log.discard_buffered(invocation_id)
-        self.log.append(invocation_id, _Delete(self, time.time()))
+        self.log.append(invocation_id, self._delete_frame(invocation_id))
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -437,7 +445,7 @@ class CheckpointLog:
         with self.log.backend.read() as txn:
             corr = filter.correlation_id if filter is not None else None
             if corr is None:
-                rows = [r for _, v in txn.scan(HEADS) if (r := _decode_row(v)) is not None]
+                rows = [decode_row(v) for _, v in txn.scan(HEADS)]
             else:
                 for key, _ in txn.scan_prefix(BY_CORRELATION, corr_prefix(corr)):
                     sid = int.from_bytes(key[-U64_LEN:], "big")
@@ -571,12 +579,6 @@ class CheckpointLog:
         self.close()
 
 
-def _decode_row(raw: bytes) -> HeadRow | None:
-    from eventlog.materialized import _dec_row  # noqa: PLC0415
-
-    return _dec_row.decode(raw)
-
-
 class Checkpointer:
     """openarmature's ``Checkpointer`` protocol on a :class:`CheckpointLog`.
 
@@ -665,13 +667,10 @@ class Checkpointer:
 
     async def delete(self, invocation_id: str) -> None:
         cl = self.sync
-        stream_key_bytes(invocation_id, cl.log.backend.max_key_bytes)
-        cl.log.discard_buffered(invocation_id)
-        await cl.log.append_async(invocation_id, _Delete(cl, time.time()))
+        await cl.log.append_async(invocation_id, cl._delete_frame(invocation_id))
 
     async def flush(self) -> None:
-        with self.sync._pending_lock:
-            self.sync._pending = 0
+        self.sync._reset_pending()
         await self.sync.log.flush_async()
 
     async def aclose(self) -> None:

@@ -535,8 +535,6 @@ class EventLog:
         """Commit everything buffered or queued so far; raise the first deferred failure."""
         self._barrier().result()
         self._raise_deferred()
-        if self.backend.durability == "process":
-            pass  # "process" durability: committed pages are in the OS cache already
 
     async def flush_async(self) -> None:
         fut = self._barrier()

@@ -70,6 +70,10 @@ def corr_prefix(correlation_id: str) -> bytes:
     return U16.pack(len(raw)) + raw
 
 
+def decode_row(raw: bytes) -> HeadRow:
+    return _dec_row.decode(raw)
+
+
 def read_row(txn: ReadTxn, sid: int) -> HeadRow | None:
     raw = txn.get(HEADS, U64.pack(sid))
     return None if raw is None else _dec_row.decode(raw)
