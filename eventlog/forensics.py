@@ -558,7 +558,11 @@ class ScanEntry(msgspec.Struct, frozen=True):
 def scan_entry(sf: StoredFrame[Any]) -> ScanEntry:
     frame = sf.frame
     if isinstance(frame, Save):
-        state_changed = frame.state is not None or frame.parent_states is not None
+        state_changed = (
+            frame.state is not None
+            or frame.state_splice is not None
+            or frame.parent_states is not None
+        )
         positions, instances = len(frame.positions), len(frame.instances)
     elif isinstance(frame, Snapshot):
         state_changed, positions, instances = True, len(frame.positions), len(frame.instances)

@@ -40,6 +40,19 @@ class FanOutHeader(msgspec.Struct, frozen=True, array_like=True, gc=False):
     lineage: tuple[EnclosingFanOutInstance, ...] = ()
 
 
+class StateSplice(msgspec.Struct, frozen=True, array_like=True):
+    """A new state as an edit of the previous one's bytes: the first ``keep_head`` bytes and the
+    last ``keep_tail`` bytes of the previous state, with ``middle`` between them.
+
+    A save whose state changed in one place (a counter, a cursor, an appended item) then
+    stores only that place, whatever the state's size; see ``projections.records.splice_of``.
+    """
+
+    keep_head: int
+    keep_tail: int
+    middle: bytes
+
+
 class InstanceChange(msgspec.Struct, frozen=True, array_like=True):
     fid: int
     index: int
@@ -47,7 +60,11 @@ class InstanceChange(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Save(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="sv"):
-    """A save as a delta. ``None`` means unchanged; ``positions_from`` -1 means unchanged."""
+    """A save as a delta. ``None`` means unchanged; ``positions_from`` -1 means unchanged.
+
+    A changed state is in ``state`` (whole) or in ``state_splice`` (an edit of the previous
+    state's bytes), never both.
+    """
 
     kind: str
     saved_at: float
@@ -59,6 +76,7 @@ class Save(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="sv")
     positions: tuple[NodePosition, ...] = ()
     layout: tuple[FanOutHeader, ...] | None = None
     instances: tuple[InstanceChange, ...] = ()
+    state_splice: StateSplice | None = None
 
 
 class Compacted(msgspec.Struct, frozen=True, array_like=True):

@@ -127,16 +127,22 @@ def write_save(
 ) -> HeadRow:
     """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows."""
     k = U64.pack(sid)
-    if delta.state is not None:
+    if delta.state is not None or delta.state_splice is not None:
         txn.put(BODIES, k + b"s", head.state)
     if delta.parent_states is not None:
         txn.put(BODIES, k + b"p", head.parent_states)
     if delta.positions_from >= 0:
         old_count = before.positions_count if before is not None else 0
-        for i in range(delta.positions_from, old_count):
+        new_count = delta.positions_from + len(delta.positions)
+        txn.put_many(
+            POSITIONS,
+            [
+                (k + U32.pack(i), _enc.encode(p))
+                for i, p in enumerate(delta.positions, delta.positions_from)
+            ],
+        )  # overwrites rows below old_count in place
+        for i in range(new_count, old_count):
             txn.delete(POSITIONS, k + U32.pack(i))
-        for i, p in enumerate(delta.positions, delta.positions_from):
-            txn.put(POSITIONS, k + U32.pack(i), _enc.encode(p))
     if delta.layout is not None and before is not None:
         kept = {hd.fid for hd in delta.layout}
         for hd in before.layout:

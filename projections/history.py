@@ -31,7 +31,7 @@ from eventlog.records import (
     FanOutProgress,
     NodePosition,
 )
-from projections.records import Head, Slot, apply, to_record
+from projections.records import Head, Slot, apply, apply_splice, to_record
 
 _decode_any = msgspec.msgpack.Decoder()
 
@@ -293,9 +293,12 @@ def frame_diff(before: Head | None, frame: Any, seq: int, invocation_id: str) ->
             ValueChange("schema_version", "changed", before.schema_version, frame.schema_version)
         )
     values: list[ValueChange] = []
-    if frame.state is not None:
+    new_state = frame.state
+    if new_state is None and frame.state_splice is not None:
+        new_state = apply_splice(before.state, frame.state_splice)
+    if new_state is not None:
         values.extend(
-            diff_values(_decode_any.decode(before.state), _decode_any.decode(frame.state), "state")
+            diff_values(_decode_any.decode(before.state), _decode_any.decode(new_state), "state")
         )
     if frame.parent_states is not None:
         values.extend(

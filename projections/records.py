@@ -17,14 +17,13 @@ Invariants:
 from __future__ import annotations
 
 import copy
-import itertools
-import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot, Tombstone
+from eventlog.errors import CorruptFrame
+from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot, StateSplice, Tombstone
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -39,6 +38,73 @@ from eventlog.records import (
 FanOutKey = tuple[str, tuple[str, ...], tuple[Any, ...], int]
 
 _decode_any = msgspec.msgpack.Decoder()
+
+SPLICE_MIN_BYTES = 256  # smaller states are stored whole: a splice would save next to nothing
+SPLICE_OVERHEAD_BYTES = 16  # a splice's two lengths and framing, roughly
+
+
+# -- state splices: a changed state as an edit of the previous state's bytes ----------------
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix: a binary search of C-level compares (memcmp,
+    no copies), O(log n) calls however long the states are."""
+    n = min(len(a), len(b))
+    mb = memoryview(b)
+    if a.startswith(mb[:n]):
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a.startswith(mb[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    """Length of the longest common suffix no longer than ``limit``."""
+    la, lb = len(a), len(b)
+    mb = memoryview(b)
+    if a.endswith(mb[lb - limit :]):
+        return limit
+    lo, hi = 0, limit  # the last lo bytes match; the last hi do not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a.endswith(mb[lb - mid : lb - lo], 0, la - lo):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def splice_of(old: bytes, new: bytes) -> StateSplice | None:
+    """``new`` as an edit of ``old`` when that is at most half the size of ``new``, else None.
+
+    ``old`` and ``new`` must differ. The edit keeps ``old``'s longest common prefix and suffix
+    with ``new`` and carries the bytes between: states that change in one place (a step
+    counter, a cursor, an item appended to a list) splice to a few bytes.
+    """
+    if len(new) < SPLICE_MIN_BYTES:
+        return None
+    head = _common_prefix(old, new)
+    tail = _common_suffix(old, new, min(len(old), len(new)) - head)
+    middle = new[head : len(new) - tail]
+    if len(middle) + SPLICE_OVERHEAD_BYTES > len(new) // 2:
+        return None
+    return StateSplice(head, tail, middle)
+
+
+def apply_splice(old: bytes, sp: StateSplice) -> bytes:
+    """The state ``sp`` makes of ``old``; raises :class:`CorruptFrame` when it cannot apply."""
+    if sp.keep_head < 0 or sp.keep_tail < 0 or sp.keep_head + sp.keep_tail > len(old):
+        raise CorruptFrame(
+            f"a state splice keeps {sp.keep_head} + {sp.keep_tail} bytes of a previous state "
+            f"of {len(old)} bytes: the frames before it are missing or out of order; run verify()"
+        )
+    view = memoryview(old)
+    return b"".join((view[: sp.keep_head], sp.middle, view[len(old) - sp.keep_tail :]))
 
 
 @dataclass
@@ -120,6 +186,8 @@ def apply_inplace(head: Head | None, frame: Any, seq: int, invocation_id: str) -
         head.schema_version = frame.schema_version
     if frame.state is not None:
         head.state = bytes(frame.state)
+    elif frame.state_splice is not None:
+        head.state = apply_splice(head.state, frame.state_splice)
     if frame.parent_states is not None:
         head.parent_states = bytes(frame.parent_states)
     if frame.positions_from >= 0:
@@ -248,12 +316,20 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
     schema = getattr(rec, "schema_version", "") or ""
     pos_from, positions = _positions_delta(head, rec.completed_positions)
     layout, changes, slots, next_fid = _fan_out_delta(head, getattr(rec, "fan_out_progress", ()))
+    state: bytes | None = None
+    splice: StateSplice | None = None
+    if head is None:
+        state = inc.state
+    elif inc.state != head.state:
+        splice = splice_of(head.state, inc.state)
+        state = inc.state if splice is None else None
     frame = Save(
         kind=inc.kind,
         saved_at=float(rec.last_saved_at),
         correlation_id=correlation if head is None or correlation != head.correlation_id else None,
         schema_version=schema if head is None or schema != head.schema_version else None,
-        state=inc.state if head is None or inc.state != head.state else None,
+        state=state,
+        state_splice=splice,
         parent_states=(
             inc.parent_states if head is None or inc.parent_states != head.parent_states else None
         ),
@@ -265,18 +341,19 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
     seq = (head.seq if head is not None else 0) + 1
     if head is not None:
         head.slots = []  # already updated in ``slots``; keeps apply_inplace from redoing it
-    after = apply_inplace(head, replace_instances(frame), seq, invocation_id)
+    # The head takes the caller's bytes as they are (no re-splicing), and the fan-out changes
+    # are applied already (``slots``).
+    applied = msgspec.structs.replace(
+        frame, layout=None, instances=(), state=state if splice is None else inc.state,
+        state_splice=None,
+    )  # fmt: skip
+    after = apply_inplace(head, applied, seq, invocation_id)
     assert after is not None
     after.pos_src = rec.completed_positions
     if slots is not None:
         after.slots = slots
     after.next_fid = max(after.next_fid, next_fid)
     return frame, after
-
-
-def replace_instances(frame: Save) -> Save:
-    """``frame`` without its layout and instance changes (already applied by the delta)."""
-    return msgspec.structs.replace(frame, layout=None, instances=())
 
 
 def _changed_indices(
@@ -295,12 +372,39 @@ def _changed_indices(
         base = old_src if old_src is not None else slot.instances
         diff = [i for i, inst in enumerate(new_src) if not _same_instance(inst, base[i])]
         return diff, states, results
-    everyone = range(len(states))
-    candidates = set(itertools.compress(everyone, map(operator.ne, states, slot.states)))
-    candidates.update(itertools.compress(everyone, map(operator.is_not, results, slot.results)))
+    candidates = set(_differing(states, slot.states))
+    candidates.update(_differing(results, slot.results))
     candidates.update(slot.in_flight)
     diff = sorted(i for i in candidates if not _same_instance(new_src[i], old_src[i]))
     return diff, states, results
+
+
+_LINEAR_BELOW = 32  # ranges this short are compared item by item
+
+
+def _differing(new: list[Any], old: list[Any]) -> list[int]:
+    """Indices where ``new[i] != old[i]`` (lists of one length), in ascending order.
+
+    Whole ranges are compared in C (list equality checks identity first, so unchanged
+    instances cost a pointer compare) and only unequal ranges are halved: a save that changes
+    k of N instances costs O(N) pointer compares plus O(k log N) range compares, not N Python
+    steps.
+    """
+    if new == old:
+        return []
+    out: list[int] = []
+    todo = [(0, len(new))]
+    while todo:
+        lo, hi = todo.pop()
+        if hi - lo <= _LINEAR_BELOW:
+            out.extend(i for i in range(lo, hi) if new[i] != old[i])
+            continue
+        mid = (lo + hi) // 2
+        if new[mid:hi] != old[mid:hi]:
+            todo.append((mid, hi))
+        if new[lo:mid] != old[lo:mid]:
+            todo.append((lo, mid))
+    return out
 
 
 def _fan_out_delta(

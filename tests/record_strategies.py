@@ -63,6 +63,28 @@ completeds = st.builds(
     position_tuples,
 )
 instances = st.just(NOT_STARTED) | in_flights | completeds
+# States past SPLICE_MIN_BYTES, so saves store them as splices of the previous state's bytes.
+_PAD = "p" * 300
+big_states = st.builds(
+    lambda head, items, tail: {"head": head, "pad": _PAD, "items": items, "tail": tail},
+    json_values,
+    st.lists(json_values, max_size=4),
+    json_values,
+)
+
+
+@st.composite
+def _next_state(draw: st.DrawFn, prev: Any) -> Any:
+    """A new state; a big one is often an edit of ``prev`` in one or two places."""
+    if isinstance(prev, dict) and prev.get("pad") == _PAD and draw(st.booleans()):
+        new = dict(prev)
+        for field_name in draw(st.lists(st.sampled_from(["head", "items", "tail"]), max_size=2)):
+            if field_name == "items":
+                new["items"] = [*prev["items"], draw(json_values)]
+            else:
+                new[field_name] = draw(json_values)
+        return new
+    return draw(json_values | big_states)
 
 
 def _key(fo: FanOutProgress) -> tuple[Any, ...]:
@@ -90,7 +112,7 @@ def records(draw: st.DrawFn, invocation_id: str) -> CheckpointRecord:
     return CheckpointRecord(
         invocation_id=invocation_id,
         correlation_id=draw(texts),
-        state=draw(json_values),
+        state=draw(json_values | big_states),
         completed_positions=draw(st.lists(positions, max_size=6).map(tuple)),
         parent_states=tuple(draw(st.lists(json_values, max_size=3))),
         last_saved_at=draw(floats),
@@ -159,7 +181,7 @@ def next_record(
     return CheckpointRecord(
         invocation_id=invocation_id,
         correlation_id=maybe(prev.correlation_id, texts),
-        state=maybe(prev.state, json_values),
+        state=maybe(prev.state, _next_state(prev.state)),
         completed_positions=_edit_positions(draw, prev.completed_positions),
         parent_states=maybe(prev.parent_states, st.lists(json_values, max_size=3).map(tuple)),
         last_saved_at=draw(floats),

@@ -26,7 +26,7 @@ from backends.memory import MemoryBackend
 from eventlog.checkpoints import CheckpointLog
 from eventlog.frames import Snapshot
 from eventlog.testing import assert_tuples, save_kind
-from projections.records import Head, apply, apply_inplace, snapshot, to_record
+from projections.records import Head, _differing, apply, apply_inplace, snapshot, to_record
 
 _ids = itertools.count()
 
@@ -158,3 +158,17 @@ def test_fold_from_any_snapshot_equals_the_full_fold(
         start = None if prefix is None else apply_inplace(None, snapshot(prefix), seq, inv)
         assert _view(start) == _view(prefix)
         assert _view(_fold(frames[k + 1 :], inv, start)) == full, f"split after seq {seq}"
+
+
+@given(
+    old=st.lists(st.sampled_from(["not_started", "in_flight", "completed", None, 1]), max_size=300),
+    data=st.data(),
+)
+def test_differing_finds_exactly_the_changed_indices(old: list[Any], data: st.DataObject) -> None:
+    new = list(old)
+    for i in data.draw(st.lists(st.integers(0, max(len(old) - 1, 0)), max_size=8)):
+        if new:
+            new[i] = data.draw(st.sampled_from(["not_started", "in_flight", "completed", 2]))
+    assert _differing(new, old) == [
+        i for i, (a, b) in enumerate(zip(new, old, strict=True)) if a != b
+    ]
