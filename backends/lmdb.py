@@ -42,6 +42,7 @@ from backends.base import (
     WriteTxn,
     check_ascending,
     check_durability,
+    current_pid,
 )
 from eventlog.errors import (
     CheckpointError,
@@ -93,8 +94,9 @@ class _Env:
         self._cond = threading.Condition()
         self._active = 0  # transactions of this process in progress
         self._resizing = False
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.env = self._open(map_size)
+        self.max_key: int = self.env.max_key_size()
         self.map_size: int = self.env.info()["map_size"]
         self.dbs: dict[str, Any] = {}
 
@@ -162,22 +164,26 @@ class _Env:
         self._cond = threading.Condition()
         self._active = 0
         self._resizing = False
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.env = self._open(self.map_size)
+        self.max_key = self.env.max_key_size()
         self.dbs = {}
         self.open_tables(tables)
 
-    @contextmanager
-    def active(self) -> Iterator[None]:
+    def active(self) -> _Active:
+        """Held around every transaction of this process, so a resize waits for none to run."""
+        return _Active(self)
+
+    def enter(self) -> None:
         with self._cond:
             while self._resizing:
                 self._cond.wait()
             self._active += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._active -= 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            if self._resizing:  # only a resize waits for the count to drop
                 self._cond.notify_all()
 
     def grow(self) -> bool:
@@ -208,6 +214,22 @@ class _Env:
             finally:
                 self._resizing = False
                 self._cond.notify_all()
+
+
+class _Active:
+    """``with env.active():`` (a plain class: cheaper than a generator context manager, and
+    it runs around every transaction)."""
+
+    __slots__ = ("env",)
+
+    def __init__(self, env: _Env) -> None:
+        self.env = env
+
+    def __enter__(self) -> None:
+        self.env.enter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.env.leave()
 
 
 _REGISTRY: dict[str, _Env] = {}
@@ -421,7 +443,7 @@ class LmdbBackend(Backend):
         self._path = os.path.realpath(p)
         with _REGISTRY_LOCK:
             env = _REGISTRY.get(self._path)
-            if env is not None and env.pid != os.getpid():
+            if env is not None and env.pid != current_pid():
                 env.after_fork(())
             if env is None or env.refs == 0:
                 env = _Env(
@@ -453,16 +475,15 @@ class LmdbBackend(Backend):
 
     @property
     def max_key_bytes(self) -> int:
-        size: int = self._handle().env.max_key_size()
-        return size
+        return self._handle().max_key
 
     def _handle(self) -> _Env:
         env = self._env
         if env is None:
             raise LogClosed(f"the LMDB backend at {self._path!r} is closed; open it again")
-        if env.pid != os.getpid():
+        if env.pid != current_pid():
             with _REGISTRY_LOCK:
-                if env.pid != os.getpid():
+                if env.pid != current_pid():
                     env.after_fork(self._tables)
         return env
 
@@ -498,7 +519,7 @@ class LmdbBackend(Backend):
                 txn = self._begin(env, write=True)
                 if txn is not None:
                     try:
-                        yield _LmdbWrite(txn, env.dbs, env.env.max_key_size())
+                        yield _LmdbWrite(txn, env.dbs, env.max_key)
                         txn.commit()
                         return
                     except lmdb.MapFullError as e:
@@ -538,7 +559,7 @@ class LmdbBackend(Backend):
             return
         with _REGISTRY_LOCK:
             env.refs -= 1
-            if env.refs == 0 and env.pid == os.getpid():
+            if env.refs == 0 and env.pid == current_pid():
                 if not env.readonly and env.durability == "process":
                     env.env.sync(True)
                 env.env.close()

@@ -37,7 +37,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 import msgspec
 
-from backends.base import Backend, Durability, ReadTxn, WriteTxn
+from backends.base import Backend, Durability, ReadTxn, WriteTxn, current_pid
 from eventlog.codec import (
     CHECKSUM_BYTES,
     FORMAT_VERSION,
@@ -277,7 +277,7 @@ class EventLog:
         self._log_bytes = 0
         self._frames_appended = 0
         self._last_flush = time.monotonic()
-        self._pid = os.getpid()
+        self._pid = current_pid()
         self._writer: threading.Thread | None = None
 
     # -- opening -------------------------------------------------------------------------------
@@ -553,9 +553,9 @@ class EventLog:
     # -- the writer ----------------------------------------------------------------------------
 
     def _ensure_writer(self) -> None:
-        if self._writer is not None and self._pid == os.getpid():
+        if self._writer is not None and self._pid == current_pid():
             return  # the writer never exits before close() (see _run)
-        self._pid = os.getpid()
+        self._pid = current_pid()
         self._writer = threading.Thread(
             target=self._run, name=f"ckptlog-writer:{self.backend.location}", daemon=True
         )

@@ -46,15 +46,23 @@ SPLICE_OVERHEAD_BYTES = 16  # a splice's two lengths and framing, roughly
 # -- state splices: a changed state as an edit of the previous state's bytes ----------------
 
 
+_PROBES = (32, 1024)  # edits usually sit in one small place: try short distances first
+
+
 def _common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix: a binary search of C-level compares (memcmp,
-    no copies), O(log n) calls however long the states are."""
+    """Length of the longest common prefix: galloping, then a binary search, of C-level
+    compares (memcmp, no copies): O(log n) calls however long the states are."""
     n = min(len(a), len(b))
     mb = memoryview(b)
-    if a.startswith(mb[:n]):
+    lo = 0
+    for hi in (*_PROBES, n):
+        hi = min(hi, n)
+        if not a.startswith(mb[lo:hi], lo):
+            break
+        lo = hi
+    else:
         return n
-    lo, hi = 0, n  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
-    while hi - lo > 1:
+    while hi - lo > 1:  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
         mid = (lo + hi) // 2
         if a.startswith(mb[lo:mid], lo):
             lo = mid
@@ -67,10 +75,17 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
     """Length of the longest common suffix no longer than ``limit``."""
     la, lb = len(a), len(b)
     mb = memoryview(b)
-    if a.endswith(mb[lb - limit :]):
+    hi = limit + 1
+    for lo in (limit, *(limit - d for d in _PROBES), 0):  # the suffix is usually long
+        if lo <= 0:
+            lo = 0
+            break
+        if a.endswith(mb[lb - lo :]):
+            break
+        hi = lo
+    if lo == limit:
         return limit
-    lo, hi = 0, limit  # the last lo bytes match; the last hi do not
-    while hi - lo > 1:
+    while hi - lo > 1:  # the last lo bytes match; the last hi do not
         mid = (lo + hi) // 2
         if a.endswith(mb[lb - mid : lb - lo], 0, la - lo):
             lo = mid
