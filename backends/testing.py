@@ -433,6 +433,28 @@ class BackendContract:
             ]
             assert list(r.scan("b")) == [(b"a", b"other table has its own order")]
 
+    def test_append_many_refuses_keys_out_of_order_and_writes_none(self, backend: Backend) -> None:
+        self._fill(backend, "a", [b"k1", b"k5"])
+        for bad in (
+            [(b"k3", b"below the last key")],
+            [(b"k5", b"equal to the last key")],
+            [(b"k6", b"fine"), (b"k9", b"fine"), (b"k7", b"out of order within")],
+            [(b"k0", b"below"), (b"k8", b"fine")],
+        ):
+
+            def fn(txn: WriteTxn, pairs: list[tuple[bytes, bytes]] = bad) -> None:
+                txn.append_many("a", pairs)
+
+            with pytest.raises(CheckpointError, match="needs a key greater than the last one"):
+                backend.run_write(fn)
+            with backend.read() as r:
+                assert list(r.scan("a")) == [(b"k1", b"vk1"), (b"k5", b"vk5")]
+        with backend.write() as w:
+            w.append_many("a", [(b"k6", b"6"), (b"k7", b"7")])
+            w.append_many("a", [(b"k8", b"8")])
+        with backend.read() as r:
+            assert [k for k, _ in r.scan("a")] == [b"k1", b"k5", b"k6", b"k7", b"k8"]
+
     def test_failed_append_leaves_table_unchanged(self, backend: Backend) -> None:
         self._fill(backend, "a", [b"k1", b"k5"])
 
