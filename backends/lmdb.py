@@ -170,6 +170,15 @@ class _Env:
         self.dbs = {}
         self.open_tables(tables)
 
+    def begin(self, write: bool, path: str) -> Any:
+        """A transaction (the caller holds :meth:`active`); ``None`` if the map was resized."""
+        try:
+            return self.env.begin(write=write)
+        except lmdb.MapResizedError:
+            return None
+        except lmdb.Error as e:
+            raise _translate(e, f"{'writing' if write else 'reading'} {path!r}") from e
+
     def active(self) -> _Active:
         """Held around every transaction of this process, so a resize waits for none to run."""
         return _Active(self)
@@ -214,6 +223,77 @@ class _Env:
             finally:
                 self._resizing = False
                 self._cond.notify_all()
+
+
+class _WriteScope:
+    """``with backend.write() as txn``: commit on a clean exit, abort on an exception.
+
+    A plain class rather than a generator context manager: it runs around every commit. A
+    transaction aborted for lack of map space grows the map (outside any transaction) and
+    raises :class:`RetryableWrite`, as does one that found the map resized by another process.
+    """
+
+    __slots__ = ("env", "path", "txn")
+
+    def __init__(self, path: str, env: _Env) -> None:
+        self.path = path
+        self.env = env
+        self.txn: Any = None
+
+    def __enter__(self) -> WriteTxn:
+        env = self.env
+        env.write_lock.acquire()
+        try:
+            env.enter()
+            try:
+                self.txn = env.begin(True, self.path)
+            except BaseException:
+                env.leave()
+                raise
+        except BaseException:
+            env.write_lock.release()
+            raise
+        if self.txn is None:  # another process grew the map
+            env.leave()
+            env.write_lock.release()
+            env.adopt_resize()
+            raise RetryableWrite(f"{self.path!r}: another process grew the map; retry")
+        return _LmdbWrite(self.txn, env.dbs, env.max_key)
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        env, txn = self.env, self.txn
+        full: lmdb.Error | None = None
+        try:
+            if exc is None:
+                try:
+                    txn.commit()
+                    return
+                except lmdb.MapFullError as e:
+                    txn.abort()
+                    full = e
+                except lmdb.Error as e:
+                    txn.abort()
+                    raise _translate(e, f"writing {self.path!r}") from e
+            else:
+                txn.abort()
+                if isinstance(exc, lmdb.MapFullError):
+                    full = exc
+                elif isinstance(exc, lmdb.Error):
+                    raise _translate(exc, f"writing {self.path!r}") from exc
+                else:
+                    return  # the exception propagates
+        finally:
+            env.leave()
+            env.write_lock.release()
+        # Aborted for lack of space: grow outside any transaction, then let the caller retry.
+        if env.grow():
+            raise RetryableWrite(
+                f"{self.path!r}: the map grew to {env.map_size} bytes; retry"
+            ) from full
+        raise StorageFull(
+            f"{self.path!r}: the log reached map_size_max={env.map_size_max} bytes; "
+            "open it with a larger map_size_max, or compact it"
+        ) from full
 
 
 class _Active:
@@ -505,12 +585,7 @@ class LmdbBackend(Backend):
 
     def _begin(self, env: _Env, *, write: bool) -> Any:
         """Begin a transaction (caller holds ``env.active()``); ``None`` if the map was resized."""
-        try:
-            return env.env.begin(write=write)
-        except lmdb.MapResizedError:
-            return None
-        except lmdb.Error as e:
-            raise _translate(e, f"{'writing' if write else 'reading'} {self._path!r}") from e
+        return env.begin(write, self._path)
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
@@ -525,40 +600,11 @@ class LmdbBackend(Backend):
             env.adopt_resize()
         raise StorageError(f"{self._path!r}: the map kept being resized by another process")
 
-    @contextmanager
-    def write(self) -> Iterator[WriteTxn]:
+    def write(self) -> _WriteScope:
         env = self._handle()  # first, so a closed backend says LogClosed even when read-only
         if self.readonly:
             raise ReadOnlyLog(f"{self._path!r} was opened read-only; open it writable to change it")
-        with env.write_lock:
-            with env.active():
-                txn = self._begin(env, write=True)
-                if txn is not None:
-                    try:
-                        yield _LmdbWrite(txn, env.dbs, env.max_key)
-                        txn.commit()
-                        return
-                    except lmdb.MapFullError as e:
-                        txn.abort()
-                        full: lmdb.Error = e
-                    except lmdb.Error as e:
-                        txn.abort()
-                        raise _translate(e, f"writing {self._path!r}") from e
-                    except BaseException:
-                        txn.abort()
-                        raise
-            if txn is None:
-                env.adopt_resize()
-                raise RetryableWrite(f"{self._path!r}: another process grew the map; retry")
-            # Aborted for lack of space: grow outside any transaction, then let the caller retry.
-            if env.grow():
-                raise RetryableWrite(
-                    f"{self._path!r}: the map grew to {env.map_size} bytes; retry"
-                ) from full
-            raise StorageFull(
-                f"{self._path!r}: the log reached map_size_max={env.map_size_max} bytes; "
-                "open it with a larger map_size_max, or compact it"
-            ) from full
+        return _WriteScope(self._path, env)
 
     def sync(self) -> None:
         env = self._handle()

@@ -47,11 +47,13 @@ SPLICE_OVERHEAD_BYTES = 16  # a splice's two lengths and framing, roughly
 
 
 _PROBES = (32, 1024)  # edits usually sit in one small place: try short distances first
+_XOR_WITHIN = 1024  # a window this small is settled by one XOR of two ints
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
     """Length of the longest common prefix: galloping, then a binary search, of C-level
-    compares (memcmp, no copies): O(log n) calls however long the states are."""
+    compares (memcmp, no copies), then one XOR within a window of at most 1 KiB: a handful of
+    calls however long the states are."""
     n = min(len(a), len(b))
     mb = memoryview(b)
     lo = 0
@@ -62,13 +64,14 @@ def _common_prefix(a: bytes, b: bytes) -> int:
         lo = hi
     else:
         return n
-    while hi - lo > 1:  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
+    while hi - lo > _XOR_WITHIN:  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
         mid = (lo + hi) // 2
         if a.startswith(mb[lo:mid], lo):
             lo = mid
         else:
             hi = mid
-    return lo
+    x = int.from_bytes(a[lo:hi]) ^ int.from_bytes(b[lo:hi])  # big-endian: a[lo] is on top
+    return hi - (x.bit_length() + 7) // 8
 
 
 def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
@@ -85,13 +88,17 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
         hi = lo
     if lo == limit:
         return limit
-    while hi - lo > 1:  # the last lo bytes match; the last hi do not
+    hi = min(hi, limit)  # the last lo bytes match; the last hi do not (or hi > limit)
+    while hi - lo > _XOR_WITHIN:
         mid = (lo + hi) // 2
         if a.endswith(mb[lb - mid : lb - lo], 0, la - lo):
             lo = mid
         else:
             hi = mid
-    return lo
+    x = int.from_bytes(a[la - hi : la - lo]) ^ int.from_bytes(b[lb - hi : lb - lo])
+    if not x:
+        return hi  # only when hi == limit: the whole window matched
+    return lo + ((x & -x).bit_length() - 1) // 8  # equal low-order (trailing) bytes
 
 
 def splice_of(old: bytes, new: bytes) -> StateSplice | None:
