@@ -44,10 +44,10 @@ from eventlog.codec import (
     HEADER_BYTES,
     ZERO_CHECKSUM,
     Compressor,
+    Sealer,
     Serializer,
     open_envelope,
     read_header,
-    seal,
 )
 from eventlog.errors import (
     CheckpointError,
@@ -255,6 +255,7 @@ class EventLog:
         self.batch_frames_max = batch_frames_max
         self.flush_interval = flush_interval
         self._chain_key = chain_key
+        self._sealer = Sealer(chain_key)
         self._serializer: Serializer[Any] = Serializer(frame_type)
         self._settings = self._check_meta(compress_threshold_bytes)
         self._compressor = Compressor(threshold_bytes=self._settings["compress_threshold_bytes"])
@@ -424,8 +425,9 @@ class EventLog:
         result: Appended = waiter.result()
         return result
 
-    def _lead(self) -> None:
-        """Commit the queue in this (synchronous) caller's thread when no commit is running.
+    def _lead(self) -> bool:
+        """Commit the queue in this (synchronous) caller's thread when no commit is running;
+        ``False`` when it did not (a commit was running, or nothing was queued).
 
         Saves the two thread hand-offs of waking the writer and being woken by it, which
         dominate a lone durable append. Commits stay mutually exclusive (``_committing``), so
@@ -433,7 +435,7 @@ class EventLog:
         """
         with self._cond:
             if self._committing or not self._queue:
-                return
+                return False
             self._committing = True
             batch = self._take_batch_locked()
         try:
@@ -443,6 +445,7 @@ class EventLog:
                 self._committing = False
                 if self._queue:
                     self._cond.notify()  # the writer takes what arrived meanwhile
+        return True
 
     def append_many(
         self, items: Iterable[tuple[str, Any]], *, durable: bool = True
@@ -513,8 +516,11 @@ class EventLog:
                 return self._buffered
             return len(self._buffers.get(stream, ()))
 
-    def _barrier(self) -> Future[Appended]:
-        """Queue every buffered frame plus a marker; the future resolves once all are committed."""
+    def _barrier(self, *, lead: bool = False) -> Future[Appended]:
+        """Queue every buffered frame plus a marker; the future resolves once all are committed.
+
+        With ``lead`` the caller commits them itself (:meth:`_lead`) unless a commit is running.
+        """
         marker = _Item("", None)
         marker.future = Future()
         with self._cond:
@@ -522,7 +528,8 @@ class EventLog:
             self._ensure_writer()
             self._drain_buffers_locked()
             self._queue.append(marker)
-            self._cond.notify()
+            if not lead or self._committing:
+                self._cond.notify()
         return marker.future
 
     def _drain_buffers_locked(self) -> None:
@@ -532,8 +539,16 @@ class EventLog:
         self._buffered = 0
 
     def flush(self) -> None:
-        """Commit everything buffered or queued so far; raise the first deferred failure."""
-        self._barrier().result()
+        """Commit everything buffered or queued so far; raise the first deferred failure.
+
+        The calling thread commits (it waits anyway), saving the hand-offs to the writer and
+        back; the writer takes over whatever arrives while it commits.
+        """
+        done = self._barrier(lead=True)
+        while not done.done():
+            if not self._lead():
+                break  # another thread is committing: it, or the writer, will reach the marker
+        done.result()
         self._raise_deferred()
 
     async def flush_async(self) -> None:
@@ -942,7 +957,7 @@ class _TxnWriter:
         self.txn = txn
         self.known = log._ids
         self.tails = log._tails
-        self.chain_key = log._chain_key
+        self.seal = log._sealer.seal
         self.new_ids: dict[str, int] = {}
         self.next_id: int | None = None
         self.log_rows: list[tuple[bytes, bytes]] = []
@@ -984,15 +999,13 @@ class _TxnWriter:
 
     def add(self, sid: int, seq: int, prev: bytes, it: _Item) -> tuple[int, bytes, int]:
         """Seal and queue one frame; ``(global seq, checksum, stored bytes)``."""
-        envelope, checksum = seal(
-            sid, seq, prev, it.payload, flags=it.flags, chain_key=self.chain_key
-        )
-        self.gseq += 1
-        gkey = U64.pack(self.gseq)
+        envelope, checksum = self.seal(sid, seq, prev, it.payload, it.flags)
+        self.gseq = gseq = self.gseq + 1
+        gkey = U64.pack(gseq)
         self.log_rows.append((gkey, envelope))
         self.index_rows.append((U64X2.pack(sid, seq), gkey))
         self.tails[sid] = (seq, checksum)
-        return self.gseq, checksum, len(envelope)
+        return gseq, checksum, len(envelope)
 
     def write_pending(self) -> None:
         if self.log_rows:

@@ -27,6 +27,7 @@ from eventlog.codec import (
     ZERO_CHECKSUM,
     Compressor,
     Envelope,
+    Sealer,
     Serializer,
     open_envelope,
     read_header,
@@ -375,3 +376,20 @@ def test_seal_refuses_what_no_reader_accepts() -> None:
         seal(-1, 1, bytes(16), b"x")
     with pytest.raises(ValueError, match=r"out of range .*seq 18446744073709551616"):
         seal(1, 2**64, bytes(16), b"x")
+
+
+@given(
+    st.integers(min_value=1, max_value=U64_MAX),
+    st.integers(min_value=1, max_value=U64_MAX),
+    st.binary(min_size=CHECKSUM_BYTES, max_size=CHECKSUM_BYTES),
+    st.binary(max_size=300),
+    st.sampled_from([0, FLAG_COMPRESSED]),
+    st.sampled_from([b"", b"k" * 32]),
+)
+def test_sealer_writes_the_bytes_seal_writes(
+    sid: int, seq: int, prev: bytes, payload: bytes, flags: int, key: bytes
+) -> None:
+    # The writer's unchecked hot path must be byte-for-byte the checked, pinned seal().
+    assert Sealer(key).seal(sid, seq, prev, payload, flags) == seal(
+        sid, seq, prev, payload, flags=flags, chain_key=key
+    )

@@ -376,6 +376,34 @@ def test_buffered_append_and_flush(open_log: OpenLog) -> None:
     assert [(f.seq, f.frame) for f in log.read_stream("b")] == [(i + 1, ev(i)) for i in range(3)]
 
 
+def test_flush_from_many_threads_commits_every_frame_in_order(open_log: OpenLog) -> None:
+    # flush() commits in the calling thread unless a commit is running: with eight threads
+    # buffering and flushing at once, flushes lead, wait for another leader or for the writer,
+    # and every one returns only once its own frames are committed.
+    log = open_log(batch_frames_max=64)  # several commits per flush
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            for round_ in range(5):
+                for i in range(100):
+                    log.append(f"t{t}", ev(round_ * 100 + i), durable=False)
+                log.flush()
+                assert log.last_seq(f"t{t}") == (round_ + 1) * 100
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+    for t in range(8):
+        assert [f.frame for f in log.read_stream(f"t{t}")] == [ev(i) for i in range(500)]
+    assert log.verify().ok
+
+
 def test_durable_append_commits_the_streams_buffered_frames_first(open_log: OpenLog) -> None:
     log = open_log()
     log.append("b", ev(1), durable=False)
