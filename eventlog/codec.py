@@ -255,8 +255,10 @@ def _find_unencodable(value: Any, path: str, enc: msgspec.msgpack.Encoder) -> tu
             except (TypeError, ValueError, OverflowError, NotImplementedError):
                 return _find_unencodable(v, f"{path}[{i}]", enc)
         return path, type(value).__name__
-    fields = getattr(value, "__struct_fields__", None) or getattr(
-        value, "__dataclass_fields__", None
+    fields = (
+        getattr(value, "__struct_fields__", None)
+        or getattr(value, "__dataclass_fields__", None)
+        or _pydantic_fields(value)
     )
     if fields and not isinstance(value, type):
         for name in fields:
@@ -265,6 +267,13 @@ def _find_unencodable(value: Any, path: str, enc: msgspec.msgpack.Encoder) -> tu
             except (TypeError, ValueError, OverflowError, NotImplementedError):
                 return _find_unencodable(getattr(value, name), f"{path}.{name}", enc)
     return path, type(value).__name__
+
+
+def _pydantic_fields(value: Any) -> Any:
+    """A Pydantic model's field names (read from its class), else None."""
+    if isinstance(value, type) or not callable(getattr(value, "model_dump", None)):
+        return None
+    return getattr(type(value), "model_fields", None)
 
 
 _value_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)

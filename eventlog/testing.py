@@ -664,6 +664,32 @@ class CheckpointLogContract:
         assert type(loaded.state) is dict
         assert State.model_validate(loaded.state) == model
 
+    def test_unencodable_field_inside_a_pydantic_model_is_named(self, cl: CheckpointLog) -> None:
+        try:
+            from pydantic import BaseModel, ConfigDict  # noqa: PLC0415 - a dev dependency
+        except ImportError:  # pragma: no cover
+            pytest.skip("pydantic is not installed")
+
+        class Blob:
+            pass
+
+        class Inner(BaseModel):
+            model_config = ConfigDict(arbitrary_types_allowed=True)
+            ok: int
+            blob: Blob
+
+        class State(BaseModel):
+            model_config = ConfigDict(arbitrary_types_allowed=True)
+            name: str
+            inner: Inner
+
+        bad = State(name="x", inner=Inner(ok=1, blob=Blob()))
+        with pytest.raises(EncodingError) as info:
+            cl.save("p", make_record("p", state={"model": bad}))
+        assert info.value.path == "state.model.inner.blob"
+        assert "cannot encode state.model.inner.blob (a Blob)" in str(info.value)
+        assert cl.load("p") is None
+
     def test_dataclass_and_struct_state_load_as_plain_data(self, cl: CheckpointLog) -> None:
         state = _DataclassState("n", [1, 2], {"s": _StructState("x", [0.5])})
         cl.save("d", make_record("d", state=state))
