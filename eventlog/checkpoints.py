@@ -34,7 +34,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, Final
 from backends.base import Backend, Durability, WriteTxn
 from eventlog.codec import encode_value
 from eventlog.errors import InvalidRecord, InvalidStreamKey
-from eventlog.frames import CheckpointFrame, InstanceChange, Save, Tombstone
+from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, InstanceChange, Save, Tombstone
 from eventlog.log import Appended, DeferredFrame, EventLog, Stats, VerifyReport, stream_key_bytes
 from eventlog.materialized import (
     BY_CORRELATION,
@@ -476,6 +476,8 @@ class CheckpointLog:
         head: Head | None = None
         for sf in self.log.read_stream(invocation_id):
             frame = sf.frame
+            if not isinstance(frame, CHECKPOINT_FRAMES):
+                continue  # an event appended beside the saves: not part of the record
             head = apply_inplace(head, frame, sf.seq, invocation_id)
             if isinstance(frame, Tombstone):
                 yield HistoryEntry(sf.seq, frame.saved_at, "delete", None)
@@ -494,7 +496,8 @@ class CheckpointLog:
             start = last_snapshot_at_or_before(txn, sid, seq)
         head: Head | None = None
         for sf in self.log.read_stream(invocation_id, start, seq):
-            head = apply_inplace(head, sf.frame, sf.seq, invocation_id)
+            if isinstance(sf.frame, CHECKPOINT_FRAMES):
+                head = apply_inplace(head, sf.frame, sf.seq, invocation_id)
         return None if head is None else to_record(head)
 
     def verify(

@@ -48,6 +48,11 @@ class UnsupportedFormat(CheckpointError):
     """The log was written by a newer (or unknown) format version."""
 
 
+class NotACheckpointFrame(CheckpointError, TypeError):
+    """A frame given to the checkpoint-record fold is of another kind (an event, a LangGraph
+    frame): the fold reads only ``Save``, ``Snapshot`` and ``Tombstone``."""
+
+
 class CorruptFrame(CheckpointError):
     """A stored frame failed its checksum, chain or header check on read."""
 

@@ -44,6 +44,7 @@ from backends.base import ReadTxn, WriteTxn
 from eventlog.codec import ZERO_CHECKSUM, Compressor, Serializer, read_header, seal
 from eventlog.errors import CheckpointError, CorruptFrame, NotALog, UnsupportedFormat
 from eventlog.frames import (
+    CHECKPOINT_FRAMES,
     Compacted,
     Event,
     Frame,
@@ -164,7 +165,7 @@ class Unreadable(msgspec.Struct, frozen=True):
         return f"{self.stream!r} {seqs}: {self.problem}: {self.detail}"
 
 
-RECORD_FRAMES: Final = (Save, Snapshot, Tombstone)  # what the checkpoint-record fold reads
+RECORD_FRAMES: Final = CHECKPOINT_FRAMES  # what the checkpoint-record fold reads
 
 
 def frame_saved_at(frame: Any) -> float:

@@ -116,6 +116,9 @@ class Tombstone(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag=
 
 
 CheckpointFrame = Save | Snapshot | Tombstone
+CHECKPOINT_FRAMES = (Save, Snapshot, Tombstone)
+"""What the checkpoint-record fold reads; other frames in an invocation's stream (application
+events appended beside the saves) are shown by forensics and skipped by every fold."""
 
 
 # -- LangGraph checkpoint streams (eventlog.integrations.langgraph) ----------------------------

@@ -34,7 +34,7 @@ import pytest
 
 from eventlog.checkpoints import HEAD_CACHE_MAX, SNAPSHOT_FRAMES_MAX, Checkpointer, CheckpointLog
 from eventlog.errors import EncodingError, InvalidRecord, InvalidStreamKey
-from eventlog.frames import Snapshot
+from eventlog.frames import Event, Snapshot
 from eventlog.records import (
     NOT_STARTED,
     CheckpointFilter,
@@ -880,6 +880,29 @@ class CheckpointLogContract:
         assert_history_consistent(cl, "gone")
 
     # -- history and record_at -----------------------------------------------------------------
+
+    def test_events_beside_the_saves_are_skipped_by_every_fold(self, cl: CheckpointLog) -> None:
+        # Application events may share an invocation's stream; the record ignores them.
+        first, second = make_record("a", at=1.0), make_record("a", state={"n": 2}, at=3.0)
+        cl.save("a", first)
+        cl.log.append("a", Event(name="node.completed", data={"node": "x"}, at=2.0))
+        cl.save("a", second)
+        cl.log.append("a", Event(name="run.paused", at=4.0))
+        assert cl.load("a") == second
+        assert [(e.seq, e.kind, e.record) for e in cl.history("a")] == [
+            (1, "save", first),
+            (3, "save", second),
+        ]
+        assert [e.seq for e in cl.history("a", kinds=["save"])] == [1, 3]
+        assert [cl.record_at("a", seq) for seq in range(1, 5)] == [first, first, second, second]
+        assert cl.diff("a", 1, 2).empty  # the event changed nothing
+        report = cl.verify()
+        assert report.ok, str(report)
+        only_events = "events-only"
+        cl.log.append(only_events, Event(name="x"))
+        assert list(cl.history(only_events)) == []
+        assert cl.record_at(only_events, 1) is None
+        assert cl.load(only_events) is None
 
     def test_history_kinds_and_seqs(self, batched: CheckpointLog) -> None:
         script = [

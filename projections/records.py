@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog.errors import CorruptFrame
+from eventlog.errors import CorruptFrame, NotACheckpointFrame
 from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot, StateSplice, Tombstone
 from eventlog.records import (
     NOT_STARTED,
@@ -56,9 +56,9 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     calls however long the states are."""
     n = min(len(a), len(b))
     mb = memoryview(b)
-    lo = 0
-    for hi in (*_PROBES, n):
-        hi = min(hi, n)
+    lo = hi = 0
+    for probe in (*_PROBES, n):
+        hi = min(probe, n)
         if not a.startswith(mb[lo:hi], lo):
             break
         lo = hi
@@ -78,14 +78,14 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
     """Length of the longest common suffix no longer than ``limit``."""
     la, lb = len(a), len(b)
     mb = memoryview(b)
-    hi = limit + 1
-    for lo in (limit, *(limit - d for d in _PROBES), 0):  # the suffix is usually long
-        if lo <= 0:
-            lo = 0
+    lo, hi = 0, limit + 1
+    for probe in (limit, *(limit - d for d in _PROBES)):  # the suffix is usually long
+        if probe <= 0:
             break
-        if a.endswith(mb[lb - lo :]):
+        if a.endswith(mb[lb - probe :]):
+            lo = probe
             break
-        hi = lo
+        hi = probe
     if lo == limit:
         return limit
     hi = min(hi, limit)  # the last lo bytes match; the last hi do not (or hi > limit)
@@ -199,7 +199,11 @@ def apply_inplace(head: Head | None, frame: Any, seq: int, invocation_id: str) -
         _apply_instances(h, frame.instances)
         return h
     if not isinstance(frame, Save):
-        raise TypeError(f"not a checkpoint frame: {type(frame).__name__}")
+        raise NotACheckpointFrame(
+            f"stream {invocation_id!r} seq {seq}: {type(frame).__name__} is not a checkpoint "
+            "frame; fold only Save, Snapshot and Tombstone frames (skip the others, as "
+            "CheckpointLog.history does)"
+        )
     if head is None:
         head = Head(invocation_id, "", "", b"\xc0", b"\x90", [], 0.0, frame.kind)
     if frame.correlation_id is not None:

@@ -24,7 +24,8 @@ from record_strategies import SAVE_KINDS, Op, ids, records, save_sequences
 
 from backends.memory import MemoryBackend
 from eventlog.checkpoints import CheckpointLog
-from eventlog.frames import Snapshot
+from eventlog.errors import CheckpointError, NotACheckpointFrame
+from eventlog.frames import Event, Snapshot
 from eventlog.testing import assert_tuples, save_kind
 from projections.records import Head, _differing, apply, apply_inplace, snapshot, to_record
 
@@ -172,3 +173,9 @@ def test_differing_finds_exactly_the_changed_indices(old: list[Any], data: st.Da
     assert _differing(new, old) == [
         i for i, (a, b) in enumerate(zip(new, old, strict=True)) if a != b
     ]
+
+
+def test_the_fold_names_a_frame_that_is_not_a_checkpoint_frame() -> None:
+    with pytest.raises(NotACheckpointFrame, match=r"stream 'a' seq 4: Event is not a checkpoint frame"):
+        apply(None, Event(name="x"), 4, "a")
+    assert issubclass(NotACheckpointFrame, CheckpointError)
