@@ -176,6 +176,6 @@ def test_differing_finds_exactly_the_changed_indices(old: list[Any], data: st.Da
 
 
 def test_the_fold_names_a_frame_that_is_not_a_checkpoint_frame() -> None:
-    with pytest.raises(NotACheckpointFrame, match=r"stream 'a' seq 4: Event is not a checkpoint frame"):
+    with pytest.raises(NotACheckpointFrame, match=r"'a' seq 4: Event is not a checkpoint frame"):
         apply(None, Event(name="x"), 4, "a")
     assert issubclass(NotACheckpointFrame, CheckpointError)
