@@ -492,7 +492,7 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         # so the first put proves the whole run lands at the end, and the rest may follow.
         if not self._txn.put(first_key, first_value, db=db, append=True):
             check_ascending(table, self.last_key(table), pairs)  # raises, naming the keys
-            raise AssertionError("unreachable")  # pragma: no cover
+            raise CheckpointError(f"LMDB refused to append key {first_key.hex()} to {table!r}")
         if len(pairs) > 1:
             with self._txn.cursor(db=db) as cur:
                 cur.putmulti(pairs[1:], dupdata=True, overwrite=True, append=True)
@@ -583,16 +583,12 @@ class LmdbBackend(Backend):
                     env.after_fork(self._tables)
         return env
 
-    def _begin(self, env: _Env, *, write: bool) -> Any:
-        """Begin a transaction (caller holds ``env.active()``); ``None`` if the map was resized."""
-        return env.begin(write, self._path)
-
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
         env = self._handle()
         for _ in range(3):
             with env.active():
-                txn = self._begin(env, write=False)
+                txn = env.begin(False, self._path)
                 if txn is not None:
                     with txn:
                         yield _LmdbRead(txn, env.dbs)

@@ -99,10 +99,15 @@ def seal(
             f"envelope field out of range (stream id {stream_id}, seq {seq}, flags {flags}, "
             f"dict id {dict_id}): {e}"
         ) from e
-    h = _keyed(chain_key).copy()  # copying a keyed state is cheaper than keying anew
+    return _finish(_keyed(chain_key), head, payload)
+
+
+def _finish(keyed: Any, head: bytes, payload: bytes) -> tuple[bytes, bytes]:
+    """``(envelope, checksum)`` from a packed header: the checksum covers header and payload."""
+    h = keyed.copy()  # copying a keyed state is cheaper than keying anew
     h.update(head)
     h.update(payload)
-    checksum = h.digest()
+    checksum: bytes = h.digest()
     return head + checksum + payload, checksum
 
 
@@ -119,12 +124,9 @@ class Sealer:
     def seal(
         self, stream_id: int, seq: int, prev: bytes, payload: bytes, flags: int
     ) -> tuple[bytes, bytes]:
-        head = self._pack(FORMAT_VERSION, flags, 0, stream_id, seq, prev)
-        h = self._keyed.copy()
-        h.update(head)
-        h.update(payload)
-        checksum: bytes = h.digest()
-        return head + checksum + payload, checksum
+        return _finish(
+            self._keyed, self._pack(FORMAT_VERSION, flags, 0, stream_id, seq, prev), payload
+        )
 
 
 _KEYED: dict[bytes, Any] = {}

@@ -75,20 +75,19 @@ def _common_prefix(a: bytes, b: bytes) -> int:
 
 
 def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
-    """Length of the longest common suffix no longer than ``limit``."""
+    """Length of the longest common suffix no longer than ``limit`` (same search, from the end)."""
     la, lb = len(a), len(b)
     mb = memoryview(b)
-    lo, hi = 0, limit + 1
-    for probe in (limit, *(limit - d for d in _PROBES)):  # the suffix is usually long
+    if a.endswith(mb[lb - limit :]):
+        return limit
+    lo, hi = 0, limit  # the last lo bytes match; the last hi do not
+    for probe in (limit - d for d in _PROBES):  # the common suffix is usually long
         if probe <= 0:
             break
         if a.endswith(mb[lb - probe :]):
             lo = probe
             break
         hi = probe
-    if lo == limit:
-        return limit
-    hi = min(hi, limit)  # the last lo bytes match; the last hi do not (or hi > limit)
     while hi - lo > _XOR_WITHIN:
         mid = (lo + hi) // 2
         if a.endswith(mb[lb - mid : lb - lo], 0, la - lo):
@@ -96,8 +95,6 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
         else:
             hi = mid
     x = int.from_bytes(a[la - hi : la - lo]) ^ int.from_bytes(b[lb - hi : lb - lo])
-    if not x:
-        return hi  # only when hi == limit: the whole window matched
     return lo + ((x & -x).bit_length() - 1) // 8  # equal low-order (trailing) bytes
 
 
