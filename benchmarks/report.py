@@ -390,8 +390,10 @@ METHOD = """\
 - fsync rows measure this machine's disk as much as the code: its fsync latency varies by more
   than 10x within minutes (a virtual disk shared with other work), so compare fsync rows within
   one run (they are interleaved), not across runs.
-- `load` and `list` for ckptlog and openarmature go through the async protocol (one
-  `asyncio.to_thread` hop each, tens of µs); ckptlog's `sync` load row is the log's own cost.
+- `load` and `list` for ckptlog and openarmature go through the async protocol. openarmature's
+  take one `asyncio.to_thread` hop each (tens of µs), as does ckptlog's `list`; ckptlog's
+  `load` reads a small record on the event loop's thread (a wide fan-out or a large state
+  still hops). ckptlog's `sync` load row is the log's own cost.
 - Bytes written count whole pages: every LMDB commit rewrites the leaf page of each table it
   touches plus the branch and meta pages; SQLite writes WAL frames, then checkpoints them
   into the database file."""

@@ -413,8 +413,9 @@ class Load(_History):
     description = (
         "One invocation with H saves of history (1 KiB state); the latest record is loaded "
         "repeatedly. ckptlog's main row goes through the async protocol (Checkpointer.load, "
-        "one asyncio.to_thread hop, like openarmature's SQLiteCheckpointer); its `sync` row "
-        "through CheckpointLog.load, which sync peers are compared with."
+        "read on the event loop's thread for a record this small; openarmature's "
+        "SQLiteCheckpointer hops to a thread); its `sync` row through CheckpointLog.load, "
+        "which sync peers are compared with."
     )
     metric = "µs per load (p50)"
     primary: Literal["rate_median", "p50_us"] = "p50_us"

@@ -45,6 +45,7 @@ from eventlog.materialized import (
     decode_row,
     delete_rows,
     last_snapshot_at_or_before,
+    load_rows,
     read_head,
     read_row,
     summary,
@@ -71,6 +72,15 @@ if TYPE_CHECKING:
 SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames
 SNAPSHOT_RATIO: Final = 2  # snapshot once the deltas since the last one outweigh it this much
 HEAD_CACHE_MAX: Final = 4096  # invocations whose head the writer keeps in memory
+INLINE_LOAD_ROWS_MAX: Final = 256  # async load reads at most this many rows (or KiB of state)
+# on the event loop; a bigger record loads on a worker thread
+
+
+class _TooBig:
+    """What ``CheckpointLog._load`` returns when the record is too big to load inline."""
+
+
+TOO_BIG: Final = _TooBig()
 
 U64_LEN = 8
 
@@ -432,12 +442,37 @@ class CheckpointLog:
 
     def load(self, invocation_id: str) -> CheckpointRecord | None:
         """The latest committed record of ``invocation_id``, or ``None``."""
+        record = self._load(invocation_id, None)
+        assert not isinstance(record, _TooBig)  # only with a bound
+        return record
+
+    async def load_async(self, invocation_id: str) -> CheckpointRecord | None:
+        """:meth:`load` for a coroutine. A small record loads on the event loop's thread (the
+        read costs less than a thread hop); one with many positions or fan-out instances, or
+        a large state, loads on a worker thread, so the loop is never held for long."""
+        record = self._load(invocation_id, INLINE_LOAD_ROWS_MAX)
+        if isinstance(record, _TooBig):
+            return await asyncio.to_thread(self.load, invocation_id)
+        return record
+
+    def _load(self, invocation_id: str, rows_max: int | None) -> CheckpointRecord | _TooBig | None:
+        """:meth:`load`, or :data:`TOO_BIG` (nothing decoded) when rebuilding the head would
+        read more than ``rows_max`` rows or state bytes over ``rows_max`` KiB."""
         with self.log.backend.read() as txn:
             sid = self.log._stream_id(txn, invocation_id)
             if sid is None:
                 return None
-            loaded = read_head(txn, sid)
-        return None if loaded is None else to_record(loaded[0])
+            row = read_row(txn, sid)
+            if row is None:
+                return None
+            if rows_max is not None and load_rows(row) > rows_max:
+                return TOO_BIG
+            loaded = read_head(txn, sid, row)
+        assert loaded is not None
+        head = loaded[0]
+        if rows_max is not None and len(head.state) + len(head.parent_states) > rows_max * 1024:
+            return TOO_BIG  # decoding would hold the event loop: the caller hops to a thread
+        return to_record(head)
 
     def list(self, filter: CheckpointFilter | None = None) -> list[CheckpointSummary]:
         """Summaries of saved invocations (by correlation id through its index), oldest first."""
@@ -663,7 +698,7 @@ class Checkpointer:
             await cl.log.flush_async()
 
     async def load(self, invocation_id: str) -> CheckpointRecord | None:
-        return await asyncio.to_thread(self.sync.load, invocation_id)
+        return await self.sync.load_async(invocation_id)
 
     async def list(self, filter: CheckpointFilter | None = None) -> list[CheckpointSummary]:
         return await asyncio.to_thread(self.sync.list, filter)

@@ -79,9 +79,11 @@ def read_row(txn: ReadTxn, sid: int) -> HeadRow | None:
     return None if raw is None else _dec_row.decode(raw)
 
 
-def read_head(txn: ReadTxn, sid: int) -> tuple[Head, HeadRow] | None:
-    """The head of a stream from its rows: O(positions + started instances)."""
-    row = read_row(txn, sid)
+def read_head(txn: ReadTxn, sid: int, row: HeadRow | None = None) -> tuple[Head, HeadRow] | None:
+    """The head of a stream from its rows: O(positions + started instances). ``row``: the
+    stream's head row, when the caller read it already in this transaction."""
+    if row is None:
+        row = read_row(txn, sid)
     if row is None:
         return None
     k = U64.pack(sid)
@@ -106,6 +108,11 @@ def read_head(txn: ReadTxn, sid: int) -> tuple[Head, HeadRow] | None:
         seq=row.seq,
     )
     return head, row
+
+
+def load_rows(row: HeadRow) -> int:
+    """How many rows rebuilding the head reads at most (positions and fan-out instances)."""
+    return row.positions_count + sum(hd.instance_count for hd in row.layout)
 
 
 def summary(row: HeadRow) -> CheckpointSummary:

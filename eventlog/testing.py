@@ -32,7 +32,13 @@ from typing import Any, ClassVar
 import msgspec
 import pytest
 
-from eventlog.checkpoints import HEAD_CACHE_MAX, SNAPSHOT_FRAMES_MAX, Checkpointer, CheckpointLog
+from eventlog.checkpoints import (
+    HEAD_CACHE_MAX,
+    INLINE_LOAD_ROWS_MAX,
+    SNAPSHOT_FRAMES_MAX,
+    Checkpointer,
+    CheckpointLog,
+)
 from eventlog.errors import EncodingError, InvalidRecord, InvalidStreamKey
 from eventlog.frames import Event, Snapshot
 from eventlog.records import (
@@ -1206,6 +1212,40 @@ class CheckpointerContract:
             newer = make_record("a", at=2.0, positions=[pos("q", 1)])
             await cp.save("a", newer)
             assert await cp.load("a") == newer
+
+        self.run(tmp_path, body)
+
+    def test_load_inline_when_small_on_a_thread_when_big(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A small record loads on the loop's thread; a wide fan-out or a large state takes a
+        # worker thread (the loop is never held for long). Both equal the synchronous load.
+        hops: list[Any] = []
+        real = asyncio.to_thread
+
+        async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            hops.append(fn)
+            return await real(fn, *args, **kwargs)
+
+        monkeypatch.setattr(asyncio, "to_thread", counting)
+        small = make_record("small", positions=[pos("a", 1)])
+        wide = make_record(
+            "wide", fan_outs=[fan_out("f", [done(i) for i in range(10)] + [NOT_STARTED] * 300)]
+        )
+        big = make_record("big", state={"blob": "x" * (INLINE_LOAD_ROWS_MAX * 1024 + 1)})
+
+        async def body(cp: Checkpointer) -> None:
+            for rec in (small, wide, big):
+                await cp.save(rec.invocation_id, rec)
+            hops.clear()
+            assert await cp.load("small") == small
+            assert await cp.load("missing") is None
+            assert hops == []
+            assert await cp.load("wide") == wide
+            assert await cp.load("big") == big
+            assert len(hops) == 2
+            for rec in (small, wide, big):
+                assert cp.sync.load(rec.invocation_id) == rec
 
         self.run(tmp_path, body)
 

@@ -1,9 +1,10 @@
 """Ours: the async ``Checkpointer`` (openarmature's protocol) on an LMDB log.
 
 Saves and reads go through the same async protocol methods the openarmature engine calls, so
-the comparison with openarmature's own checkpointers is like for like (both pay their
-``asyncio.to_thread`` hop on ``load`` / ``list``). ``load`` has a second row, ``sync``, through
-``CheckpointLog.load``: the log's own cost without the thread hop. ``replay`` uses
+the comparison with openarmature's own checkpointers is like for like. Our async ``load`` reads
+a small record on the event loop's thread and hops to a worker thread only for a wide fan-out
+or a large state; ``list`` always hops (``asyncio.to_thread``), as openarmature's do. ``load``
+has a second row, ``sync``, through ``CheckpointLog.load``: the log's own cost. ``replay`` uses
 ``CheckpointLog.history`` (there is no async history API).
 """
 

@@ -32,7 +32,6 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import os
 import threading
@@ -399,7 +398,8 @@ class OpenArmatureCheckpointer:
         return None if record is None else self.convert(record)
 
     async def load(self, invocation_id: str) -> OaRecord | None:
-        return await asyncio.to_thread(self.load_sync, invocation_id)
+        record = await self.sync.load_async(invocation_id)
+        return None if record is None else self.convert(record)
 
     async def list(self, filter: Any = None) -> Iterable[OaSummary]:
         """Summaries (oldest first); ``filter`` is ckptlog's or openarmature's CheckpointFilter."""
