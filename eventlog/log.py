@@ -486,7 +486,12 @@ class EventLog:
         inline = self.backend.durability == "process"
         self._enqueue((item,), durable=True, lead=inline)
         if inline:
-            self._lead()
+            if getattr(loop, "_ready", None):
+                # Other tasks are runnable and may save too: commit once they have queued, so
+                # concurrent saves share one commit (group commit on the loop's thread).
+                loop.call_soon(self._lead)
+            else:
+                self._lead()
         return await item.aio[1]
 
     def submit(

@@ -471,6 +471,39 @@ def test_append_async(open_log: OpenLog) -> None:
     assert [f.frame for f in log.read_stream("a0")] == [ev(i) for i in range(0, 20, 2)] + [ev(99)]
 
 
+@pytest.mark.parametrize("durability", ["process", "fsync"])
+def test_concurrent_async_appends_share_commits(open_log: OpenLog, durability: str) -> None:
+    # "process": a save commits on the loop's thread, one loop step later when other tasks
+    # are runnable, so tasks saving at once share a commit; "fsync": the writer groups them.
+    log = open_log(durability=durability)
+
+    async def saver(i: int) -> Appended | None:
+        await asyncio.sleep(0)  # every task is runnable before any of them appends
+        return await log.append_async(f"c{i}", ev(i))
+
+    async def main() -> list[Appended | None]:
+        return await asyncio.gather(*(saver(i) for i in range(64)))
+
+    before = log.stats().commits
+    results = asyncio.run(main())
+    assert sorted(r.global_seq for r in results if r) == list(range(1, 65))
+    assert log.stats().commits - before <= 8, "64 concurrent saves should share a few commits"
+    assert all(log.last_seq(f"c{i}") == 1 for i in range(64))
+
+
+def test_a_lone_async_append_in_process_mode_commits_at_once(open_log: OpenLog) -> None:
+    log = open_log(durability="process")
+
+    async def main() -> None:
+        for i in range(5):
+            done = await log.append_async("solo", ev(i))
+            assert done is not None
+            assert done.seq == i + 1
+
+    asyncio.run(main())
+    assert log.stats().commits == 5
+
+
 # -- concurrency, reads, stats -----------------------------------------------------------------
 
 
