@@ -888,6 +888,15 @@ class EventLog:
         with self.backend.read() as txn:
             return [k.decode("utf-8", "surrogatepass") for k, _ in txn.scan(STREAM_IDS)]
 
+    @staticmethod
+    def stream_ids(txn: ReadTxn, prefix: str = "") -> list[tuple[str, int]]:
+        """``(stream key, stream id)`` of every stream whose key starts with ``prefix``, in
+        key order, read in ``txn`` (integrations list their own streams this way)."""
+        return [
+            (k.decode("utf-8", "surrogatepass"), U64.unpack(v)[0])
+            for k, v in txn.scan_prefix(STREAM_IDS, prefix.encode("utf-8", "surrogatepass"))
+        ]
+
     def stats(self) -> Stats:
         with self.backend.read() as txn:
             frames = txn.count(LOG)

@@ -48,7 +48,6 @@ from backends.base import Backend, Durability, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame, InvalidStreamKey
 from eventlog.frames import Event
 from eventlog.log import (
-    STREAM_IDS,
     Appended,
     DeferredFrame,
     EventLog,
@@ -294,8 +293,8 @@ class LogCheckpointManager:
         if len(raw_key) > self._max_key:
             return None
         with self.log.backend.read() as txn:
-            sid_raw = txn.get(STREAM_IDS, raw_key)
-            row = txn.get(TABLE, sid_raw) if sid_raw is not None else None
+            sid = self.log._stream_id(txn, stream)
+            row = txn.get(TABLE, _head_key(sid)) if sid is not None else None
         head = _head_dec.decode(row) if row is not None else _Head()
         if head.latest == 0:
             return None
@@ -345,10 +344,7 @@ class LogCheckpointManager:
         no row belongs to a task without frames."""
         report = self.log.verify()
         with self.log.backend.read() as txn:
-            tasks = [
-                (k.decode("utf-8", "surrogatepass"), _U64.unpack(v)[0])
-                for k, v in txn.scan_prefix(STREAM_IDS, STREAM_PREFIX.encode())
-            ]
+            tasks = self.log.stream_ids(txn, STREAM_PREFIX)
             rows = {_U64.unpack(k)[0]: v for k, v in txn.scan(TABLE)}
         for stream, sid in tasks:
             raw = rows.pop(sid, None)

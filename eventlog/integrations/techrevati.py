@@ -46,11 +46,10 @@ from typing import Any, Final
 import msgspec
 from techrevati.runtime import Checkpoint, StepRecord
 
-from backends.base import Backend, Durability, ReadTxn, WriteTxn
+from backends.base import Backend, Durability, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import Event
 from eventlog.log import (
-    STREAM_IDS,
     Appended,
     DeferredFrame,
     EventLog,
@@ -375,7 +374,7 @@ class LogSaver:
         if len(raw_key) > self._max_key:
             return None  # no thread this long can have been saved
         with self.log.backend.read() as txn:
-            sid = _sid(txn, raw_key)
+            sid = self.log._stream_id(txn, stream)
             if sid is None:
                 return None
             raw = txn.get(TABLE, _head_key(sid))
@@ -580,10 +579,7 @@ class LogSaver:
         its frames, and no row belongs to a thread without frames."""
         report = self.log.verify()
         with self.log.backend.read() as txn:
-            threads = [
-                (k.decode("utf-8", "surrogatepass"), _U64.unpack(v)[0])
-                for k, v in txn.scan_prefix(STREAM_IDS, STREAM_PREFIX.encode())
-            ]
+            threads = self.log.stream_ids(txn, STREAM_PREFIX)
             rows = {_U64.unpack(k[1:9])[0] for k, _ in txn.scan_prefix(TABLE, _HEAD)}
         for stream, sid in threads:
             rows.discard(sid)
@@ -645,11 +641,6 @@ class LogSaver:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _sid(txn: ReadTxn, raw_key: bytes) -> int | None:
-    raw = txn.get(STREAM_IDS, raw_key)
-    return None if raw is None else int(_U64.unpack(raw)[0])
 
 
 def _to_step(thread_id: str, step: _Step) -> StepRecord:
