@@ -6,28 +6,18 @@ A smoke test (STYLE §11): no timing assertions, only that the benchmark still w
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_smoke import run_module
 
 
 def test_checkpoints_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "checkpoints.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.checkpoints", "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stdout = run_module("benchmarks.checkpoints", "--quick", "--out", str(out), timeout=120)
     for title in ("(a) bytes appended", "(b) load latency", "(c) full-history replay"):
-        assert title in proc.stdout
+        assert title in stdout
     for row in ("save_instance", "save_fan_out_internal", "load p50", "load p99", "history(inv)"):
-        assert row in proc.stdout
+        assert row in stdout
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["quick"] is True
     env = data["environment"]

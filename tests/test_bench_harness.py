@@ -11,12 +11,12 @@ import asyncio
 import importlib.util
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_smoke import run_module
 
 from benchmarks.__main__ import main
 from benchmarks.harness import Progress
@@ -26,7 +26,6 @@ from benchmarks.peers.raw import RawLmdbPeer
 from benchmarks.report import compute_targets, write_doc
 from benchmarks.scenarios import SCENARIOS, save_op
 
-REPO = Path(__file__).resolve().parents[1]
 STATUSES = {"ok", "n/a", "skipped", "error"}
 
 
@@ -35,17 +34,9 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str
     """One ``--quick`` run of every scenario and every installed peer, in a subprocess (as
     ``make bench-smoke`` runs it), with its JSON and stdout."""
     out = tmp_path_factory.mktemp("bench") / "bench.quick.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "run", "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    stdout = run_module("benchmarks", "run", "--quick", "--out", str(out), timeout=300)
     assert not out.with_name(out.name + ".tmp").exists()
-    return json.loads(out.read_text(encoding="utf-8")), proc.stdout
+    return json.loads(out.read_text(encoding="utf-8")), stdout
 
 
 def test_every_scenario_runs_every_installed_peer(quick: tuple[dict[str, Any], str]) -> None:

@@ -7,11 +7,10 @@ about timings, which depend on the machine.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_smoke import run_module
+
 SCENARIOS = {
     "single",
     "threads16",
@@ -34,17 +33,9 @@ INFORMATIVE = {"format_floor_vs_raw_putmulti", "buffered_vs_format_floor"}
 
 def test_log_append_quick_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "results" / "log_append.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.log_append", "--quick", "--json", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert "raw_putmulti" in proc.stdout  # the table was printed
-    assert f"wrote {out}" in proc.stdout
+    stdout = run_module("benchmarks.log_append", "--quick", "--json", str(out), timeout=120)
+    assert "raw_putmulti" in stdout  # the table was printed
+    assert f"wrote {out}" in stdout
     assert not out.with_name(out.name + ".tmp").exists()
 
     result = json.loads(out.read_text(encoding="utf-8"))

@@ -6,27 +6,17 @@ A smoke test (STYLE §11): no timing assertions, only that the benchmark still w
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_smoke import run_module
 
 
 def test_langgraph_growth_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "langgraph_growth.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.langgraph_growth", "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "a thread appending one message per step" in proc.stdout
-    assert "bytes on disk, ours / SQLite" in proc.stdout
-    assert "(c) the run's puts replayed" in proc.stdout
+    stdout = run_module("benchmarks.langgraph_growth", "--quick", "--out", str(out), timeout=300)
+    assert "a thread appending one message per step" in stdout
+    assert "bytes on disk, ours / SQLite" in stdout
+    assert "(c) the run's puts replayed" in stdout
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["quick"] is True
     assert data["steps"] == 50

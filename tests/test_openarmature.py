@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 import msgspec
 import pytest
+from bench_smoke import run_module
 from openarmature.checkpoint import CheckpointFilter as OaFilter
 from openarmature.checkpoint import CheckpointNotFound, CheckpointSaveFailed
 from openarmature.checkpoint import CheckpointRecord as OaRecord
@@ -812,17 +813,9 @@ def test_to_openarmature_keeps_every_field(log_dir: Path, opened: list[Any]) -> 
 
 def test_openarmature_fanout_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "openarmature_fanout.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.openarmature_fanout", "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "fan-out over 30 items" in proc.stdout
-    assert "ratios (targets at N=5,000" in proc.stdout
+    stdout = run_module("benchmarks.openarmature_fanout", "--quick", "--out", str(out), timeout=300)
+    assert "fan-out over 30 items" in stdout
+    assert "ratios (targets at N=5,000" in stdout
     data = msgspec.json.decode(out.read_bytes())
     assert data["quick"] is True
     backends = {r["backend"] for r in data["runs"]}
