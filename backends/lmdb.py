@@ -19,18 +19,36 @@ Invariants:
   in order at each commit, LMDB's crash-safe default); ``"process"`` uses ``sync=False``, which
   survives a killed process because committed pages are in the OS page cache, and
   :meth:`LmdbBackend.sync` flushes on demand.
+- Every write transaction (and the one that opens tables) runs under the writers' lock: an
+  exclusive ``flock`` on ``data.mdb`` through a descriptor of the writable handle, taken after
+  the in-process ``write_lock`` and dropped after commit or abort. So at most one thread of all
+  processes ever asks for LMDB's own cross-process writer mutex, which is never contended
+  (contended, it could lose a wakeup after writers were killed and hang a survivor forever);
+  the kernel drops the lock of a process that dies. Read-only handles never take it. A forked
+  child closes its copy of the descriptor at once (``flock`` belongs to the shared open file
+  description) and opens its own on first use.
+- Under that lock, a write first checks that ``data.mdb`` still has a link (``fstat``): a
+  data file deleted since this handle opened it (the directory removed and created again)
+  raises :class:`LogReplaced` instead of acknowledging writes no other process can see; a new
+  open of the path then gets a handle on the new files.
+- A new log's ``data.mdb`` is built under a temporary name in the directory and hard-linked
+  into place whole (see :func:`_create_data_file`): a failed or concurrent creation never
+  leaves a truncated data file.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
+import secrets
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lmdb
 
@@ -47,6 +65,7 @@ from backends.base import (
 from eventlog.errors import (
     CheckpointError,
     LogClosed,
+    LogReplaced,
     NotALog,
     ReadOnlyLog,
     StorageError,
@@ -61,9 +80,15 @@ except ImportError:  # pragma: no cover - a py-lmdb without lmdb._envid: nothing
 
 MAP_SIZE_INITIAL = 1 << 30  # 1 GiB of address space; costs nothing until pages are written
 MAP_SIZE_MAX = 1 << 40  # 1 TiB: free to reserve on 64-bit without writemap (DESIGN §11)
+_flock = fcntl.flock
+_fstat = os.fstat
+_LOCK_EX = fcntl.LOCK_EX
+_LOCK_UN = fcntl.LOCK_UN
 MAX_DBS = 64
 MAX_READERS = 1024
 DATA_FILE = "data.mdb"
+LOCK_FILE = "lock.mdb"
+CREATING_PREFIX = ".ckptlog-creating."  # a data file being created, linked to DATA_FILE when whole
 
 
 def _translate(err: lmdb.Error, where: str) -> CheckpointError:
@@ -96,6 +121,15 @@ class _Env:
         self._resizing = False
         self.pid = current_pid()
         self.env = self._open(map_size)
+        self.lock_fd: int | None = None
+        try:
+            self.ident = _identity(path)
+            if not readonly:
+                self.lock_fd = _open_lock(path)
+        except BaseException:
+            self.env.close()
+            raise
+        _LOCKABLE.add(self)
         self.max_key: int = self.env.max_key_size()
         self.map_size: int = self.env.info()["map_size"]
         self.dbs: dict[str, Any] = {}
@@ -142,19 +176,71 @@ class _Env:
             )
 
     def open_tables(self, tables: Iterable[str]) -> None:
-        for name in tables:
-            if name in self.dbs:
-                continue
+        names = [name for name in dict.fromkeys(tables) if name not in self.dbs]
+        if not names:
+            return
+        if self.readonly:
+            for name in names:
+                try:
+                    self.dbs[name] = self.env.open_db(name.encode(), create=False)
+                except lmdb.NotFoundError:
+                    self.dbs[name] = None  # absent in a read-only log: reads see it empty
+                except lmdb.Error as e:
+                    raise _translate(e, f"opening table {name!r} in {self.path!r}") from e
+            return
+        # Creating a table takes a write transaction: one for all, under the writers' lock.
+        with self.write_lock:
+            self.lock_writers()
             try:
-                if self.readonly:
-                    try:
-                        self.dbs[name] = self.env.open_db(name.encode(), create=False)
-                    except lmdb.NotFoundError:
-                        self.dbs[name] = None  # absent in a read-only log: reads see it empty
-                else:
-                    self.dbs[name] = self.env.open_db(name.encode(), create=True)
-            except lmdb.Error as e:
-                raise _translate(e, f"opening table {name!r} in {self.path!r}") from e
+                opened = _create_tables(self.env, names, self.path)
+            finally:
+                self.unlock_writers()
+        self.dbs.update(opened)
+
+    def lock_writers(self) -> None:
+        """Take the writers' OS lock (held around each write transaction; see the module doc).
+
+        Blocks until every other process's write transaction has ended; the kernel drops the
+        lock of a process that dies, so a killed writer never holds it. Raises
+        :class:`LogReplaced` when the data file was deleted since this process opened it.
+        """
+        fd = self.lock_fd
+        if fd is None:
+            return
+        _flock(fd, _LOCK_EX)
+        if _fstat(fd).st_nlink == 0:
+            self.refuse_replaced()
+
+    def refuse_replaced(self) -> NoReturn:
+        """Drop the writers' lock and raise :class:`LogReplaced`."""
+        self.unlock_writers()
+        raise LogReplaced(
+            f"{self.path!r}: the log's {DATA_FILE} was deleted or replaced after this "
+            "process opened it (was the directory removed and created again?); a write "
+            "now would reach no other process, so nothing was written: close the log and "
+            "open it again"
+        )
+
+    def unlock_writers(self) -> None:
+        if self.lock_fd is not None:
+            _flock(self.lock_fd, _LOCK_UN)
+
+    def replaced(self) -> bool:
+        """Whether the data file at our path is no longer the one this handle has open."""
+        try:
+            return _identity(self.path) != self.ident
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        self.env.close()
+        self.drop_lock()
+
+    def drop_lock(self) -> None:
+        """Close this handle's lock descriptor (in a forked child: the parent's lock lives on)."""
+        fd, self.lock_fd = self.lock_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def after_fork(self, tables: Iterable[str]) -> None:
         """Called in a forked child: abandon (never close) the inherited env and open anew."""
@@ -166,6 +252,9 @@ class _Env:
         self._resizing = False
         self.pid = current_pid()
         self.env = self._open(self.map_size)
+        self.drop_lock()  # already closed by _after_fork_in_child; a no-op then
+        if not self.readonly:
+            self.lock_fd = _open_lock(self.path)
         self.max_key = self.env.max_key_size()
         self.dbs = {}
         self.open_tables(tables)
@@ -244,17 +333,27 @@ class _WriteScope:
         env = self.env
         env.write_lock.acquire()
         try:
-            env.enter()
+            fd = env.lock_fd  # env.lock_writers(), inlined: it runs around every commit
+            if fd is not None:
+                _flock(fd, _LOCK_EX)
+                if _fstat(fd).st_nlink == 0:
+                    env.refuse_replaced()
             try:
-                self.txn = env.begin(True, self.path)
+                env.enter()
+                try:
+                    self.txn = env.begin(True, self.path)
+                except BaseException:
+                    env.leave()
+                    raise
             except BaseException:
-                env.leave()
+                env.unlock_writers()
                 raise
         except BaseException:
             env.write_lock.release()
             raise
         if self.txn is None:  # another process grew the map
             env.leave()
+            env.unlock_writers()
             env.write_lock.release()
             env.adopt_resize()
             raise RetryableWrite(f"{self.path!r}: another process grew the map; retry")
@@ -284,6 +383,8 @@ class _WriteScope:
                     return  # the exception propagates
         finally:
             env.leave()
+            if env.lock_fd is not None:
+                _flock(env.lock_fd, _LOCK_UN)
             env.write_lock.release()
         # Aborted for lack of space: grow outside any transaction, then let the caller retry.
         if env.grow():
@@ -315,6 +416,116 @@ class _Active:
 _REGISTRY: dict[str, _Env] = {}
 _REGISTRY_LOCK = threading.Lock()
 _ABANDONED: list[tuple[str, Any]] = []  # (path, env) inherited envs a forked child never closes
+_LOCKABLE: weakref.WeakSet[_Env] = weakref.WeakSet()  # every handle that may hold a lock fd
+
+
+def _after_fork_in_child() -> None:
+    """A forked child closes its copies of the parent's lock descriptors at once.
+
+    ``flock`` belongs to the open file description, which the child shares: holding a copy
+    would keep the parent's lock alive after the parent died, and unlocking through it would
+    drop the parent's lock. The child opens its own description when it first writes.
+    """
+    for env in list(_LOCKABLE):
+        env.drop_lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(os.path.join(path, DATA_FILE))
+    return st.st_dev, st.st_ino
+
+
+def _open_lock(path: str) -> int:
+    """A descriptor of the data file for ``flock`` (read-only: flock needs no write access)."""
+    try:
+        return os.open(os.path.join(path, DATA_FILE), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise StorageError(f"opening {path!r} for its writers' lock: {e}") from e
+
+
+def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
+    """Create a new log's data file whole, or leave the directory as it was.
+
+    The environment is built under a temporary name in the directory, with every table, and
+    then hard-linked to ``data.mdb``, which therefore appears complete or not at all (a full
+    disk used to leave a truncated ``data.mdb`` that every later open refused). ``link`` does
+    not replace: when several processes create one log at once, the first link wins and the
+    others open it. Only the temporary file this call made is removed on failure, and the
+    directory only when this call made it and it is empty again. A creator killed midway leaves
+    its temporary file, which later opens ignore.
+    """
+    made = False
+    if p.is_dir():
+        foreign = sorted(
+            c.name
+            for c in p.iterdir()
+            if c.name != LOCK_FILE and not c.name.startswith(CREATING_PREFIX)
+        )
+        if foreign:
+            raise NotALog(
+                f"{str(p)!r} is a non-empty directory without {DATA_FILE}, so not a ckptlog "
+                "log; pass a new path or an existing log"
+            )
+    else:
+        try:
+            p.mkdir(parents=True)
+            made = True
+        except FileExistsError:
+            pass  # another process is creating it too
+        except OSError as e:
+            raise StorageError(f"creating the log directory {str(p)!r}: {e}") from e
+    tmp = p / f"{CREATING_PREFIX}{os.getpid()}.{secrets.token_hex(6)}"
+    try:
+        try:
+            env = lmdb.open(
+                str(tmp),
+                map_size=map_size,
+                subdir=False,
+                lock=False,
+                sync=True,
+                max_dbs=MAX_DBS,
+                create=True,
+            )
+        except lmdb.Error as e:
+            raise _translate(e, f"creating {str(p)!r}") from e
+        try:
+            _create_tables(env, list(dict.fromkeys(tables)), str(p))
+        finally:
+            env.close()
+        try:
+            os.link(tmp, p / DATA_FILE)
+        except FileExistsError:
+            pass  # another process created the log first: this open uses theirs
+        except OSError as e:
+            raise StorageError(f"creating {str(p / DATA_FILE)!r}: {e}") from e
+    except BaseException:
+        _remove_quietly(tmp)
+        if made:
+            with suppress(OSError):
+                p.rmdir()  # only if empty: nothing of anyone else's is removed
+        raise
+    finally:
+        _remove_quietly(tmp)
+
+
+def _remove_quietly(path: Path) -> None:
+    with suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _create_tables(env: Any, names: list[str], path: str) -> dict[str, Any]:
+    """Open (creating when absent) ``names`` in one write transaction."""
+    opened: dict[str, Any] = {}
+    try:
+        with env.begin(write=True) as txn:
+            for name in names:
+                opened[name] = env.open_db(name.encode(), txn=txn, create=True)
+    except lmdb.Error as e:
+        raise _translate(e, f"opening tables {names} in {path!r}") from e
+    return opened
 
 
 def _no_env_keys(path: str, subdir: bool) -> tuple[()]:
@@ -529,19 +740,17 @@ class LmdbBackend(Backend):
                 f"{str(p)!r} is a file, but a ckptlog log is a directory holding {DATA_FILE}; "
                 "pass the directory (a new path creates a new log)"
             )
-        if not readonly:
-            if p.is_dir() and not (p / DATA_FILE).exists() and any(p.iterdir()):
-                raise NotALog(
-                    f"{str(p)!r} is a non-empty directory without {DATA_FILE}, so not a ckptlog "
-                    "log; pass a new path or an existing log"
-                )
-            p.mkdir(parents=True, exist_ok=True)
+        if not readonly and not (p / DATA_FILE).exists():
+            _create_data_file(p, self._tables, max(map_size_initial, 1 << 20))
         self._path = os.path.realpath(p)
         with _REGISTRY_LOCK:
             env = _REGISTRY.get(self._path)
             if env is not None and env.pid != current_pid():
                 env.after_fork(())
-            if env is None or env.refs == 0:
+            if env is None or env.refs == 0 or env.replaced():
+                # (replaced: the directory was deleted and created again while this process
+                # held the old one open; the old handle stays with its backends, which refuse
+                # to write, and this path gets a handle on the new files.)
                 env = _Env(
                     self._path,
                     self.durability,
@@ -552,7 +761,7 @@ class LmdbBackend(Backend):
                 try:
                     env.check_marker(marker_table, self._tables)
                 except BaseException:
-                    env.env.close()
+                    env.close()
                     raise
                 _REGISTRY[self._path] = env
             elif env.durability != self.durability or env.readonly != readonly:
@@ -620,7 +829,7 @@ class LmdbBackend(Backend):
             if env.refs == 0 and env.pid == current_pid():
                 if not env.readonly and env.durability == "process":
                     env.env.sync(True)
-                env.env.close()
+                env.close()
                 if _REGISTRY.get(self._path) is env:
                     del _REGISTRY[self._path]
 

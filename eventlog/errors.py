@@ -70,5 +70,10 @@ class StorageFull(StorageError):
     """The backend's size bound was reached; raise ``map_size_max`` or compact the log."""
 
 
+class LogReplaced(StorageError):
+    """The log's data file was deleted (or replaced) since this process opened it: a write
+    would go to a file no other process sees, so it is refused; reopen the log."""
+
+
 class ReadOnlyLog(CheckpointError, PermissionError):
     """A write was attempted on a log opened read-only."""

@@ -7,6 +7,7 @@ per path per process.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import signal
@@ -31,6 +32,7 @@ from eventlog.errors import CheckpointError, NotALog, StorageFull
 TABLES = ("a", "b")
 MiB = 1 << 20
 CHILD_WAIT_S = 20.0
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _open(path: Path | str, **kw: Any) -> LmdbBackend:
@@ -266,6 +268,48 @@ class TestLmdbBackend(BackendContract):
         finally:
             only_a.close()
             only_b.close()
+
+    def test_forked_child_does_not_keep_a_dead_parents_writer_lock(self, tmp_path: Path) -> None:
+        """The writers' lock is an ``flock``, owned by the open file description a forked child
+        shares: the child closes its copy at once, so the lock dies with the parent."""
+        path = tmp_path / "log"
+        _open(path).close()
+        code = f"""
+            import os, time
+            from backends.lmdb import LmdbBackend
+            backend = LmdbBackend({str(path)!r}, tables=("a", "b"))
+            with backend.write() as txn:
+                txn.put("a", b"k", b"never committed")
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                print(pid, flush=True)
+                time.sleep(60)
+        """
+        proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, cwd=REPO
+        )
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        try:
+            proc.kill()  # dies inside its write transaction, holding the lock
+            proc.wait(timeout=CHILD_WAIT_S)
+            fd = os.open(path / "data.mdb", os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if still held
+            finally:
+                os.close(fd)
+            backend = _open(path)
+            try:
+                backend.run_write(_put("a", b"k2", b"after"))
+                with backend.read() as r:
+                    assert list(r.scan("a")) == [(b"k2", b"after")]
+            finally:
+                backend.close()
+        finally:
+            os.kill(child, signal.SIGKILL)
+            proc.stdout.close()
 
     # -- durability ----------------------------------------------------------------------------
 
