@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,91 @@ def compute_targets(payload: dict[str, Any]) -> Targets:
                         "" if h1 >= 1_000_000 else f"history capped at {h1:,} saves",
                     )
                 )
+    out += _instances_targets(payload)
+    return out
+
+
+def _instances_targets(payload: dict[str, Any]) -> Targets:
+    """Issue 17's targets for the ``instances`` scenario, per mode and N."""
+    sc = payload.get("scenarios", {}).get("instances")
+    if not sc:
+        return []
+    out: Targets = []
+
+    def note(*rows: Row | None) -> str:
+        return (
+            "partial runs (stopped at the budget)"
+            if any(r and r.get("partial_runs") for r in rows)
+            else ""
+        )
+
+    for mode in ("fsync", "process"):
+        ours_label = f"ckptlog-{mode} · save_instance"
+        for param in sc["params"]:
+            ours = _row(payload, "instances", param["key"], ours_label)
+            for peer, goal in (("sqlite-rows", 1.5), ("lmdb-rows", 0.5)):
+                row = _row(payload, "instances", param["key"], f"{peer}-{mode}")
+                r = row.get("ratio") if row and _ok(row) else None
+                out.append(
+                    _target(
+                        f"instances {param['label']} {mode} vs {peer}",
+                        f"{ours_label} rows/s / {peer}-{mode} rows/s",
+                        r,
+                        f">= {goal}",
+                        None if r is None else r >= goal,
+                        note(ours, row),
+                    )
+                )
+        pts: list[tuple[dict[str, Any], Row]] = []
+        for p in sc["params"]:
+            r = _row(payload, "instances", p["key"], ours_label)
+            if r is not None and _ok(r):
+                pts.append((p, r))
+        if len(pts) >= 2:
+            (p0, r0), (p1, r1) = pts[0], pts[-1]
+            flat = r1["rate_median"] / r0["rate_median"]
+            out.append(
+                _target(
+                    f"instances flat rows/s ({mode})",
+                    f"{ours_label} rows/s at {p1['label']} / at {p0['label']}",
+                    flat,
+                    ">= 0.8",
+                    flat >= 0.8,
+                    note(r0, r1),
+                )
+            )
+            b0, b1 = r0.get("bytes_per_op"), r1.get("bytes_per_op")
+            if b0 and b1:
+                spread = max(b0, b1) / min(b0, b1)
+                out.append(
+                    _target(
+                        f"instances flat bytes/row ({mode})",
+                        f"{ours_label} bytes written per row, {p1['label']} vs {p0['label']}",
+                        spread,
+                        "<= 1.2",
+                        spread <= 1.2,
+                    )
+                )
+        big = [(p, r) for p, r in pts if p["values"]["n"] >= 1_000_000]
+        for p, r in big:
+            extra = r.get("extra", {})
+            for key, name, scale, goal in (
+                ("peak_rss_bytes", "peak RSS (GiB)", 1 / (1 << 30), 1.0),
+                ("load_ms", "head load after the run (s)", 1e-3, 1.5),
+                ("record_at_ms", "record_at of the middle seq (s)", 1e-3, 2.0),
+            ):
+                if key in extra:
+                    v = extra[key] * scale
+                    out.append(
+                        _target(
+                            f"instances {p['label']} {mode} {name}",
+                            f"{ours_label}, median over runs",
+                            v,
+                            f"<= {goal}",
+                            v <= goal,
+                            note(r),
+                        )
+                    )
     return out
 
 
@@ -176,7 +262,22 @@ def _primary_value(sc: dict[str, Any], row: Row) -> str:
     if sc["primary"] == "p50_us":
         v = row["p50_us"]
         return f"{v / 1000:,.2f}" if sc["metric"].startswith("ms") else f"{v:,.1f}"
-    return f"{row['rate_median']:,.0f}"
+    return f"{row['rate_median']:,.0f}" + ("*" if row.get("partial_runs") else "")
+
+
+# Scenario-specific figures (Sample.extra): key -> (table title, format of the median)
+EXTRA_TABLES: dict[str, tuple[str, Callable[[float], str]]] = {
+    "peak_rss_bytes": (
+        "peak RSS of the run's process (VmHWM), before the check after the run",
+        fmt_bytes,
+    ),
+    "store_bytes_per_row": (
+        "growth of the store's files per row (after close)",
+        fmt_bytes,
+    ),
+    "load_ms": ("load of the head after the run, store reopened (ms)", lambda v: f"{v:,.1f}"),
+    "record_at_ms": ("record_at of the middle seq after the run (ms)", lambda v: f"{v:,.1f}"),
+}
 
 
 def _status(row: Row) -> str | None:
@@ -199,6 +300,11 @@ def _cell(row: Row | None, value: Callable[[Row], str], ratio_key: str | None) -
     return text
 
 
+def _extra(key: str, row: Row) -> str:
+    extra = row.get("extra", {})
+    return EXTRA_TABLES[key][1](extra[key]) if key in extra else "-"
+
+
 def _table(
     payload: dict[str, Any], name: str, what: str
 ) -> tuple[list[str], list[list[str]]] | None:
@@ -207,6 +313,11 @@ def _table(
     if what == "latency" and sc["mode"] == "read" and name == "replay":
         return None
     if what == "bytes" and sc["mode"] != "write":
+        return None
+    every = [r for p in params for r in p["rows"] if r["status"] == "ok"]
+    if what == "latency" and not any(r.get("p50_us") is not None for r in every):
+        return None
+    if what in EXTRA_TABLES and not any(what in r.get("extra", {}) for r in every):
         return None
     headers = ["row", "durability"] + [p["label"] for p in params]
     rows = []
@@ -222,11 +333,15 @@ def _table(
                 else "-"
                 for r in by_param
             ]
-        else:
+        elif what == "bytes":
             cells = [
                 _cell(r, lambda r: fmt_bytes(r.get("bytes_per_op")), "ratio_bytes")
                 for r in by_param
             ]
+        else:
+            cells = [_cell(r, functools.partial(_extra, what), None) for r in by_param]
+            if not any(c not in ("-", "", "n/a") for c in cells):
+                continue
         rows.append([label, durability, *cells])
     return headers, rows
 
@@ -237,7 +352,24 @@ TABLE_TITLES = {
     "latency": "latency per operation, p50 / p99 (µs)",
     "bytes": "bytes written per save (write system calls); in parentheses, this row's bytes / "
     "the compared ckptlog row's",
+    **{k: title for k, (title, _) in EXTRA_TABLES.items()},
 }
+TABLES = ("primary", "latency", "bytes", *EXTRA_TABLES)
+
+
+def _partial_note(sc: dict[str, Any]) -> list[str]:
+    """What ``*`` means, for each partial row: how many rows the stopped runs did."""
+    out = []
+    for param in sc["params"]:
+        for row in param["rows"]:
+            if row["status"] == "ok" and row.get("partial_runs"):
+                done = [r["ops"] for r in row["runs"] if r.get("partial")]
+                out.append(
+                    f"{row['label']} ({param['label']}): * partial: {row['partial_runs']} of "
+                    f"{len(row['runs'])} runs stopped at the {param['values'].get('budget_s')} s "
+                    f"budget after {min(done):,}-{max(done):,} rows; the rate is over the rows done"
+                )
+    return out
 
 
 def _notes(sc: dict[str, Any]) -> list[str]:
@@ -258,7 +390,7 @@ def _notes(sc: dict[str, Any]) -> list[str]:
 def print_tables(payload: dict[str, Any]) -> None:
     for name, sc in payload["scenarios"].items():
         print(f"\n== {name}: {sc['title']} ==")
-        for what in ("primary", "latency", "bytes"):
+        for what in TABLES:
             table = _table(payload, name, what)
             if table is None:
                 continue
@@ -270,7 +402,7 @@ def print_tables(payload: dict[str, Any]) -> None:
                 align="ll" + "r" * (len(headers) - 2),
                 title=TABLE_TITLES[what].format(metric=sc["metric"]),
             )
-        for note in _notes(sc):
+        for note in _notes(sc) + _partial_note(sc):
             print(f"  - {note}")
     if payload.get("targets"):
         print("\n== targets ==")
@@ -525,7 +657,7 @@ def render(
         ]
         if name in plots:
             lines += [f"![{name}]({PLOTS_DIRNAME}/{plots[name]})", ""]
-        for what in ("primary", "latency", "bytes"):
+        for what in TABLES:
             table = _table(payload, name, what)
             if table is None:
                 continue
@@ -536,6 +668,9 @@ def render(
         notes = _notes(sc)
         if notes:
             lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]
+        partial = _partial_note(sc)
+        if partial:
+            lines += ["Stopped at the time budget:", ""] + [f"- {n}" for n in partial] + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 
