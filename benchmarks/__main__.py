@@ -88,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
         help="instances: stop a run after this long and report the rows it did as partial "
         "(default 60; 20 with --quick)",
     )
+    run.add_argument(
+        "--instances-n",
+        default=None,
+        metavar="N[,N...]",
+        help="instances: fan-out sizes (default 10000,200000,1000000; 1000 with --quick)",
+    )
     run.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 5)")
     run.add_argument("--out", type=Path, default=None, help="JSON path (default: see above)")
     run.add_argument("--dir", type=Path, default=None, help="data directory (default: a tmp)")
@@ -106,6 +112,16 @@ def _scenarios(tokens: list[str]) -> list[str]:
     if unknown:
         raise ValueError(f"unknown scenario(s) {unknown}; expected some of {list(SCENARIOS)}")
     return [n for n in SCENARIOS if n in names] if names else list(SCENARIOS)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(p.replace("_", "")) for p in text.split(",") if p.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--instances-n expects positive integers like 10000,200000, got {text!r}")
+    return sizes
 
 
 def _default_out(quick: bool, complete: bool) -> Path:
@@ -147,13 +163,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     repeats = args.repeats if args.repeats is not None else (2 if quick else 5)
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
-    if args.cell_budget is not None:
-        if args.cell_budget <= 0:
-            raise ValueError(f"--cell-budget must be positive, got {args.cell_budget}")
-        SCENARIOS["instances"].budget_s = args.cell_budget
+    if args.cell_budget is not None and args.cell_budget <= 0:
+        raise ValueError(f"--cell-budget must be positive, got {args.cell_budget}")
+    instances = SCENARIOS["instances"]  # set on every run: main() may run twice in a process
+    instances.budget_s = args.cell_budget
+    instances.sizes = None if args.instances_n is None else _sizes(args.instances_n)
     peers, missing = all_peers(peer_names)
     peers += [user_peer(spec) for spec in dict.fromkeys(args.peer)]
-    complete = len(scenario_names) == len(SCENARIOS) and peer_names == PEER_NAMES and not args.peer
+    complete = (
+        len(scenario_names) == len(SCENARIOS)
+        and peer_names == PEER_NAMES
+        and not args.peer
+        and args.instances_n is None
+        and args.cell_budget is None
+    )
     out_path: Path = args.out or _default_out(quick, complete)
 
     root = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))

@@ -37,6 +37,8 @@ from benchmarks.harness import Param, Row, Sample
 from benchmarks.peers.base import InstanceSink, Peer
 
 BATCH = 256
+SIZES = (10_000, 200_000, 1_000_000)
+QUICK_SIZES = (1000,)
 BUDGET_S = 60.0  # per cell; --cell-budget
 QUICK_BUDGET_S = 20.0
 CELL_TIMEOUT_MARGIN_S = 600.0  # set-up (an N-instance record) and the probe, beyond the budget
@@ -76,6 +78,7 @@ class Instances:
 
     def __init__(self) -> None:
         self.budget_s: float | None = None  # None: BUDGET_S, or QUICK_BUDGET_S with --quick
+        self.sizes: tuple[int, ...] | None = None  # None: SIZES, or QUICK_SIZES with --quick
 
     def budget(self, quick: bool) -> float:
         if self.budget_s is not None:
@@ -83,7 +86,7 @@ class Instances:
         return QUICK_BUDGET_S if quick else BUDGET_S
 
     def params(self, quick: bool) -> list[Param]:
-        ns = (1000,) if quick else (10_000, 200_000, 1_000_000)
+        ns = self.sizes or (QUICK_SIZES if quick else SIZES)
         budget = self.budget(quick)
         return [
             Param(f"n={n}", f"N={n:,}", {"n": n, "batch": BATCH, "budget_s": budget}) for n in ns
