@@ -505,6 +505,8 @@ METHOD = """\
 - Every scenario runs every row in one process, interleaved: one warm-up run per row
   (discarded), then {repeats} timed rounds, the row order reversed every other round
   (A B C, C B A, ...), so the drift of a shared machine spreads over all rows alike.
+  `instances` runs each run in a fresh subprocess instead (no warm-up, at most 3 rounds from
+  N = 200,000, a time budget per run: see its section).
 - Throughput is the median over the timed runs; p50 / p99 pool every timed operation of every
   run; bytes written are the `wchar` of `/proc/self/io` (every byte the process handed to a
   write system call, all threads; page-granular engines write whole pages) per save.
@@ -529,6 +531,55 @@ METHOD = """\
 - Bytes written count whole pages: every LMDB commit rewrites the leaf page of each table it
   touches plus the branch and meta pages; SQLite writes WAL frames, then checkpoints them
   into the database file."""
+
+
+INSTANCES_NOTES = """\
+- ckptlog (`ckptlog-fsync` / `ckptlog-process · save_instance`): `CheckpointLog.save` of the
+  N-instance fan-out record (untimed), then `CheckpointLog.save_instance` per row under
+  `FanOutInternalSaveBatching(flush_every=256)` and a final `flush`.
+- `sqlite-rows-*`: a hand-rolled SQLite table, WAL, a head row (upsert) and a history row per
+  row, `executemany` of both and one commit per batch; `synchronous=FULL` (fsync) or `NORMAL`
+  (process: in WAL mode a killed process loses nothing committed).
+- `lmdb-rows-*`: raw py-lmdb, a head row and a history row per row in two tables, `putmulti`,
+  one write transaction per batch; `sync=True` (fsync) or `sync=False, metasync=False`
+  (process).
+- `jsonl-*`: a JSON line appended per row; per batch `flush` to the OS (process), then
+  `os.fsync` (fsync).
+- The peers encode rows with `msgspec.json` and stamp them with `time.time()`, as
+  `save_instance` does; nobody's rows are built before the timer (they are the job's output).
+- A `--peer` store runs here through `save_instance` if it has one (openarmature's protocol
+  alone saves the whole N-instance record per instance: `n/a`, see `fanout`), or LangGraph's
+  `put_writes` per row (a commit per row: LangGraph has no batching). openarmature's and
+  techrevati's built-in peers and the raw frame ceiling are `n/a` here.
+
+Each run is a fresh subprocess and a fresh store, so the figures beside rows/s are the run's
+own: bytes handed to `write` per row, the growth of the store's files per row, the peak RSS of
+the process (`VmHWM`, read before the check that follows the timed section), and for ckptlog
+the time to `load` the head and `record_at` the middle seq after reopening the log. There is
+no warm-up run (nothing stays warm in a new process) and at most 3 timed rounds from
+N = 200,000. A run stops at the first batch boundary after its time budget (60 s;
+`--cell-budget`) and reports rows/s over the rows it did, marked `*` (partial) with the rows
+done, so a store that slows down with N cannot stall the run. After the timed section every
+store is checked to hold exactly the rows saved (ckptlog: the reloaded head has that many
+completed instances).
+
+```console
+$ .venv/bin/python -m benchmarks run --scenario instances --backend ckptlog,rows
+$ .venv/bin/python -m benchmarks run --scenario instances --instances-n 10000,200000
+$ .venv/bin/python -m benchmarks run --scenario instances --quick   # N = 1,000: a smoke run
+```"""
+
+PEER_SECTION = """\
+`python -m benchmarks run --peer package.module:factory` runs your store beside the built-in
+peers, with the same method and ratios. `factory(directory)` gets a fresh, empty directory per
+run and returns the store: an object implementing openarmature's `Checkpointer` protocol
+(async `save`, `load`, `list`, `delete`; `save_fan_out_internal`, `save_instance` and `flush`
+are used when present) or LangGraph's `BaseCheckpointSaver` (`put`, `put_writes`,
+`get_tuple`, `list`). The harness calls the factory once up front to detect which, closes the
+store after each run through its `aclose()` or `close()`, and names the row after the spec.
+State what a returned save survives with `factory.durability = "process"` (or `"fsync"`,
+`"none"`): the row is compared with ckptlog's row of that durability (unstated: `fsync`). A
+run with `--peer` writes `bench.partial.json`, never the published figures."""
 
 
 def _env_lines(payload: dict[str, Any]) -> list[str]:
@@ -617,6 +668,7 @@ def render(
         "$ .venv/bin/python -m benchmarks run --doc          # full run: JSON, tables, this page",
         "$ .venv/bin/python -m benchmarks run --quick        # smoke run of every scenario",
         "$ .venv/bin/python -m benchmarks run --scenario fanout --backend ckptlog,openarmature",
+        "$ .venv/bin/python -m benchmarks run --scenario instances --peer mypkg.store:factory",
         "$ .venv/bin/python -m benchmarks report             # this page from the stored JSON",
         "```",
         "",
@@ -641,11 +693,17 @@ def render(
         "",
         METHOD.format(repeats=settings["repeats"], budgets=budgets),
         "",
+        "## Bringing your own store: `--peer`",
+        "",
+        PEER_SECTION,
+        "",
     ]
     if plot_note:
         lines += [f"> {plot_note}", ""]
     for name, sc in payload["scenarios"].items():
         lines += [f"## `{name}`: {sc['title']}", "", sc["description"], ""]
+        if name == "instances":
+            lines += [INSTANCES_NOTES, ""]
         params = "; ".join(
             f"{p['label']}: " + ", ".join(f"{k}={_num(v)}" for k, v in p["values"].items())
             for p in sc["params"]
