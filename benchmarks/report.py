@@ -255,6 +255,8 @@ def fmt_ratio(r: float | None) -> str:
         return ""
     if r >= 10:
         return f"{r:,.0f}x"
+    if r < 0.01:
+        return f"{r:.3f}x"  # e.g. 0.005x, not 0.00x
     return f"{r:.2f}x" if r < 1 else f"{r:.1f}x"
 
 
