@@ -409,6 +409,13 @@ def test_partial_runs_are_marked_in_tables_and_targets(
     assert t is None  # jsonl is no target peer
     (t,) = [t for t in compute_targets(data) if t["name"] == "instances N=1,000 fsync vs lmdb-rows"]
     assert t["note"] == "partial runs (stopped at the budget)"
+    big = json.loads(json.dumps(data))  # a partial run is no whole job: its RSS is not judged
+    big["scenarios"]["instances"]["params"][0]["values"]["n"] = 1_000_000
+    (rss,) = [t for t in compute_targets(big) if t["name"].endswith("fsync peak RSS (GiB)")]
+    assert rss["met"] is None
+    assert rss["value"] > 0
+    (rss,) = [t for t in compute_targets(big) if t["name"].endswith("process peak RSS (GiB)")]
+    assert rss["met"] is True
 
 
 def test_user_peers_run_beside_the_built_in_ones(tmp_path: Path) -> None:
