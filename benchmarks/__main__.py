@@ -1,6 +1,7 @@
 """Save-throughput benchmark: ckptlog against the checkpointers people use today.
 
-    python -m benchmarks run [--scenario S ...] [--backend B ...] [--quick] [--doc]
+    python -m benchmarks run [--scenario S ...] [--backend B ...] [--peer MODULE:FACTORY ...]
+                             [--quick] [--cell-budget SECONDS] [--doc]
     python -m benchmarks report [--json PATH] [--doc PATH]
     python -m benchmarks list
 
@@ -11,6 +12,10 @@ regenerates ``docs/benchmarks.md`` and its plots from that JSON. ``report`` rege
 from an existing JSON. The same entry point is ``ckptlog bench``: :func:`main` takes the
 arguments after ``bench`` (no command, or options only, means ``run``) and returns the exit
 status: 0; 1 when a peer failed a scenario (its row says ``error``); 2 for bad arguments.
+
+``--peer package.module:factory`` adds a user's own store to the run, beside the built-in
+peers, measured and compared the same way (:mod:`benchmarks.peers.user`); a run with one is
+never ``complete`` (it writes ``bench.partial.json``, not the published figures).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 
 from benchmarks.common import environment, loadavg, versions, write_json
 from benchmarks.harness import Progress, Runner
-from benchmarks.peers import PEER_NAMES, all_peers, select
+from benchmarks.peers import PEER_NAMES, all_peers, select, user_peer
 from benchmarks.peers.base import Peer, describe
 from benchmarks.report import DOC, compute_targets, print_tables, write_doc
 from benchmarks.scenarios import SCENARIOS
@@ -66,7 +71,29 @@ def _parser() -> argparse.ArgumentParser:
         help="peer(s) or families to run, repeatable or comma-separated (default: all): "
         f"{', '.join(PEER_NAMES)}",
     )
+    run.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="MODULE:FACTORY",
+        help="also run your own store: factory(directory) returns an openarmature Checkpointer "
+        "or a LangGraph BaseCheckpointSaver (repeatable)",
+    )
     run.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run for CI")
+    run.add_argument(
+        "--cell-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="instances: stop a run after this long and report the rows it did as partial "
+        "(default 60; 20 with --quick)",
+    )
+    run.add_argument(
+        "--instances-n",
+        default=None,
+        metavar="N[,N...]",
+        help="instances: fan-out sizes (default 10000,200000,1000000; 1000 with --quick)",
+    )
     run.add_argument("--repeats", type=int, default=None, help="timed runs per row (default 5)")
     run.add_argument("--out", type=Path, default=None, help="JSON path (default: see above)")
     run.add_argument("--dir", type=Path, default=None, help="data directory (default: a tmp)")
@@ -85,6 +112,16 @@ def _scenarios(tokens: list[str]) -> list[str]:
     if unknown:
         raise ValueError(f"unknown scenario(s) {unknown}; expected some of {list(SCENARIOS)}")
     return [n for n in SCENARIOS if n in names] if names else list(SCENARIOS)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(p.replace("_", "")) for p in text.split(",") if p.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--instances-n expects positive integers like 10000,200000, got {text!r}")
+    return sizes
 
 
 def _default_out(quick: bool, complete: bool) -> Path:
@@ -126,8 +163,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     repeats = args.repeats if args.repeats is not None else (2 if quick else 5)
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
+    if args.cell_budget is not None and args.cell_budget <= 0:
+        raise ValueError(f"--cell-budget must be positive, got {args.cell_budget}")
+    instances = SCENARIOS["instances"]  # set on every run: main() may run twice in a process
+    instances.budget_s = args.cell_budget
+    instances.sizes = None if args.instances_n is None else _sizes(args.instances_n)
     peers, missing = all_peers(peer_names)
-    complete = len(scenario_names) == len(SCENARIOS) and peer_names == PEER_NAMES
+    peers += [user_peer(spec) for spec in dict.fromkeys(args.peer)]
+    complete = (
+        len(scenario_names) == len(SCENARIOS)
+        and peer_names == PEER_NAMES
+        and not args.peer
+        and args.instances_n is None
+        and args.cell_budget is None
+    )
     out_path: Path = args.out or _default_out(quick, complete)
 
     root = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))

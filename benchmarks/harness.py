@@ -11,6 +11,10 @@ Method (the same for every scenario):
 - Each row is compared with the ckptlog row its peer names (:meth:`Peer.reference`): ``ratio``
   is how many times better ckptlog is (its throughput / the row's, or the row's latency /
   ckptlog's), ``ratio_bytes`` the row's bytes written / ckptlog's.
+- A scenario may run fewer timed rounds at its largest parameters (``repeats``), skip the
+  warm-up (``warmup = False``: each run in a fresh process has nothing to warm) and say which
+  peers it cannot express at all (``applicable``); a run stopped at a time budget is ``partial``
+  (its rate is the operations done over the time taken).
 - A peer failing raises nothing out of the run: its row is reported ``error`` with the message
   (and the CLI exits non-zero). A scenario a peer cannot express is ``n/a`` with the reason; a
   history too long to build within the budget is ``skipped`` with the estimate.
@@ -42,6 +46,8 @@ class Sample:
     seconds: float
     latencies: list[float] = field(default_factory=list)  # seconds per operation
     bytes_written: int | None = None
+    extra: dict[str, float] = field(default_factory=dict)  # scenario-specific figures
+    partial: bool = False  # stopped at a time budget: ``ops`` is what was done
 
     @property
     def rate(self) -> float:
@@ -100,6 +106,8 @@ class Cell:
                     "seconds": round(s.seconds, 6),
                     "rate": round(s.rate, 3),
                     "bytes_written": s.bytes_written,
+                    **({"partial": True} if s.partial else {}),
+                    **({"extra": s.extra} if s.extra else {}),
                 }
                 for s in self.samples
             ]
@@ -117,6 +125,8 @@ def summarize(samples: Sequence[Sample]) -> dict[str, Any]:
     rates = [s.rate for s in samples]
     lat = [x for s in samples for x in s.latencies]
     per_op = [s.bytes_written / s.ops for s in samples if s.bytes_written is not None and s.ops]
+    keys = [k for s in samples for k in s.extra]
+    extra = {k: median([s.extra[k] for s in samples if k in s.extra]) for k in dict.fromkeys(keys)}
     return {
         "ops_per_run": samples[0].ops,
         "rate_median": median(rates),
@@ -126,6 +136,12 @@ def summarize(samples: Sequence[Sample]) -> dict[str, Any]:
         "p99_us": percentile(lat, 99) * 1e6 if lat else None,
         "latency_samples": len(lat),
         "bytes_per_op": median(per_op) if per_op else None,
+        **({"extra": extra} if extra else {}),
+        **(
+            {"partial_runs": sum(s.partial for s in samples)}
+            if any(s.partial for s in samples)
+            else {}
+        ),
     }
 
 
@@ -246,12 +262,24 @@ class Runner:
     def rows(scenario: Scenario, peers: Sequence[Peer]) -> list[Row]:
         return [Row(p, v) for p in peers for v in p.variants(scenario.name)]
 
+    def repeats_of(self, scenario: Scenario, param: Param) -> int:
+        """Timed rounds of ``param``: ``--repeats``, or fewer where the scenario caps them."""
+        cap = getattr(scenario, "repeats", None)
+        return int(cap(param, self.repeats)) if cap is not None else self.repeats
+
+    @staticmethod
+    def first_round(scenario: Scenario) -> int:
+        """-1 (a warm-up round first) unless the scenario has no warm-up."""
+        return -1 if getattr(scenario, "warmup", True) else 0
+
     def units(self, scenario: Scenario, peers: Sequence[Peer]) -> int:
         """Progress steps ``scenario`` will take."""
-        params = len(scenario.params(self.quick))
         rows = len(self.rows(scenario, peers))
         builds = len(peers) if scenario.mode == "read" else 0
-        return params * (rows * (1 + self.repeats) + builds)
+        return sum(
+            rows * (self.repeats_of(scenario, p) - self.first_round(scenario)) + builds
+            for p in scenario.params(self.quick)
+        )
 
     async def run(self, scenario: Scenario, peers: Sequence[Peer]) -> list[ParamResult]:
         rows = self.rows(scenario, peers)
@@ -265,8 +293,10 @@ class Runner:
 
     def _applicable(self, scenario: Scenario, param: Param, rows: list[Row]) -> list[Cell]:
         cells = []
+        applicable = getattr(scenario, "applicable", None)
         for row in rows:
-            reason = row.peer.unsupported(scenario.name, row.variant, param.values)
+            reason = applicable(row.peer) if applicable is not None else None
+            reason = reason or row.peer.unsupported(scenario.name, row.variant, param.values)
             cells.append(Cell(row, status="n/a", reason=reason) if reason else Cell(row))
         return cells
 
@@ -280,7 +310,9 @@ class Runner:
             cells = self._applicable(scenario, param, rows)
             title = f"{scenario.name} {param.label}"
             mark = self.progress.done
-            for rep in range(-1, self.repeats):  # -1: the warm-up
+            repeats = self.repeats_of(scenario, param)
+            first = self.first_round(scenario)
+            for rep in range(first, repeats):  # -1: the warm-up
                 for cell in self._order(cells, rep):
                     path = self.root / scenario.name / param.key / cell.row.label / str(rep)
                     try:
@@ -292,10 +324,10 @@ class Runner:
                             cell.samples.append(sample)
                     finally:
                         shutil.rmtree(path, ignore_errors=True)
-                    what = "warm-up" if rep < 0 else f"run {rep + 1}/{self.repeats}"
+                    what = "warm-up" if rep < 0 else f"run {rep + 1}/{repeats}"
                     self.progress.step(title, f"{cell.row.label} {what}")
             scenario.forget()
-            self.progress.advance_to(mark + len(cells) * (1 + self.repeats), title)
+            self.progress.advance_to(mark + len(cells) * (repeats - first), title)
             results.append(ParamResult(param, cells))
         return results
 

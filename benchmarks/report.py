@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,91 @@ def compute_targets(payload: dict[str, Any]) -> Targets:
                         "" if h1 >= 1_000_000 else f"history capped at {h1:,} saves",
                     )
                 )
+    out += _instances_targets(payload)
+    return out
+
+
+def _instances_targets(payload: dict[str, Any]) -> Targets:
+    """Issue 17's targets for the ``instances`` scenario, per mode and N."""
+    sc = payload.get("scenarios", {}).get("instances")
+    if not sc:
+        return []
+    out: Targets = []
+
+    def note(*rows: Row | None) -> str:
+        return (
+            "partial runs (stopped at the budget)"
+            if any(r and r.get("partial_runs") for r in rows)
+            else ""
+        )
+
+    for mode in ("fsync", "process"):
+        ours_label = f"ckptlog-{mode} · save_instance"
+        for param in sc["params"]:
+            ours = _row(payload, "instances", param["key"], ours_label)
+            for peer, goal in (("sqlite-rows", 1.5), ("lmdb-rows", 0.5)):
+                row = _row(payload, "instances", param["key"], f"{peer}-{mode}")
+                r = row.get("ratio") if row and _ok(row) else None
+                out.append(
+                    _target(
+                        f"instances {param['label']} {mode} vs {peer}",
+                        f"{ours_label} rows/s / {peer}-{mode} rows/s",
+                        r,
+                        f">= {goal}",
+                        None if r is None else r >= goal,
+                        note(ours, row),
+                    )
+                )
+        pts: list[tuple[dict[str, Any], Row]] = []
+        for p in sc["params"]:
+            r = _row(payload, "instances", p["key"], ours_label)
+            if r is not None and _ok(r):
+                pts.append((p, r))
+        if len(pts) >= 2:
+            (p0, r0), (p1, r1) = pts[0], pts[-1]
+            flat = r1["rate_median"] / r0["rate_median"]
+            out.append(
+                _target(
+                    f"instances flat rows/s ({mode})",
+                    f"{ours_label} rows/s at {p1['label']} / at {p0['label']}",
+                    flat,
+                    ">= 0.8",
+                    flat >= 0.8,
+                    note(r0, r1),
+                )
+            )
+            b0, b1 = r0.get("bytes_per_op"), r1.get("bytes_per_op")
+            if b0 and b1:
+                spread = max(b0, b1) / min(b0, b1)
+                out.append(
+                    _target(
+                        f"instances flat bytes/row ({mode})",
+                        f"{ours_label} bytes written per row, {p1['label']} vs {p0['label']}",
+                        spread,
+                        "<= 1.2",
+                        spread <= 1.2,
+                    )
+                )
+        big = [(p, r) for p, r in pts if p["values"]["n"] >= 1_000_000]
+        for p, r in big:
+            extra = r.get("extra", {})
+            for key, name, scale, goal in (
+                ("peak_rss_bytes", "peak RSS (GiB)", 1 / (1 << 30), 1.0),
+                ("load_ms", "head load after the run (s)", 1e-3, 1.5),
+                ("record_at_ms", "record_at of the middle seq (s)", 1e-3, 2.0),
+            ):
+                if key in extra:
+                    v = extra[key] * scale
+                    out.append(
+                        _target(
+                            f"instances {p['label']} {mode} {name}",
+                            f"{ours_label}, median over runs",
+                            v,
+                            f"<= {goal}",
+                            None if r.get("partial_runs") else v <= goal,  # not the whole job
+                            note(r),
+                        )
+                    )
     return out
 
 
@@ -169,6 +255,8 @@ def fmt_ratio(r: float | None) -> str:
         return ""
     if r >= 10:
         return f"{r:,.0f}x"
+    if r < 0.01:
+        return f"{r:.3f}x"  # e.g. 0.005x, not 0.00x
     return f"{r:.2f}x" if r < 1 else f"{r:.1f}x"
 
 
@@ -176,7 +264,22 @@ def _primary_value(sc: dict[str, Any], row: Row) -> str:
     if sc["primary"] == "p50_us":
         v = row["p50_us"]
         return f"{v / 1000:,.2f}" if sc["metric"].startswith("ms") else f"{v:,.1f}"
-    return f"{row['rate_median']:,.0f}"
+    return f"{row['rate_median']:,.0f}" + ("*" if row.get("partial_runs") else "")
+
+
+# Scenario-specific figures (Sample.extra): key -> (table title, format of the median)
+EXTRA_TABLES: dict[str, tuple[str, Callable[[float], str]]] = {
+    "peak_rss_bytes": (
+        "peak RSS of the run's process (VmHWM), before the check after the run",
+        fmt_bytes,
+    ),
+    "store_bytes_per_row": (
+        "growth of the store's files per row (after close)",
+        fmt_bytes,
+    ),
+    "load_ms": ("load of the head after the run, store reopened (ms)", lambda v: f"{v:,.1f}"),
+    "record_at_ms": ("record_at of the middle seq after the run (ms)", lambda v: f"{v:,.1f}"),
+}
 
 
 def _status(row: Row) -> str | None:
@@ -199,6 +302,11 @@ def _cell(row: Row | None, value: Callable[[Row], str], ratio_key: str | None) -
     return text
 
 
+def _extra(key: str, row: Row) -> str:
+    extra = row.get("extra", {})
+    return EXTRA_TABLES[key][1](extra[key]) if key in extra else "-"
+
+
 def _table(
     payload: dict[str, Any], name: str, what: str
 ) -> tuple[list[str], list[list[str]]] | None:
@@ -207,6 +315,11 @@ def _table(
     if what == "latency" and sc["mode"] == "read" and name == "replay":
         return None
     if what == "bytes" and sc["mode"] != "write":
+        return None
+    every = [r for p in params for r in p["rows"] if r["status"] == "ok"]
+    if what == "latency" and not any(r.get("p50_us") is not None for r in every):
+        return None
+    if what in EXTRA_TABLES and not any(what in r.get("extra", {}) for r in every):
         return None
     headers = ["row", "durability"] + [p["label"] for p in params]
     rows = []
@@ -222,11 +335,15 @@ def _table(
                 else "-"
                 for r in by_param
             ]
-        else:
+        elif what == "bytes":
             cells = [
                 _cell(r, lambda r: fmt_bytes(r.get("bytes_per_op")), "ratio_bytes")
                 for r in by_param
             ]
+        else:
+            cells = [_cell(r, functools.partial(_extra, what), None) for r in by_param]
+            if not any(c not in ("-", "", "n/a") for c in cells):
+                continue
         rows.append([label, durability, *cells])
     return headers, rows
 
@@ -237,7 +354,24 @@ TABLE_TITLES = {
     "latency": "latency per operation, p50 / p99 (µs)",
     "bytes": "bytes written per save (write system calls); in parentheses, this row's bytes / "
     "the compared ckptlog row's",
+    **{k: title for k, (title, _) in EXTRA_TABLES.items()},
 }
+TABLES = ("primary", "latency", "bytes", *EXTRA_TABLES)
+
+
+def _partial_note(sc: dict[str, Any]) -> list[str]:
+    """What ``*`` means, for each partial row: how many rows the stopped runs did."""
+    out = []
+    for param in sc["params"]:
+        for row in param["rows"]:
+            if row["status"] == "ok" and row.get("partial_runs"):
+                done = [r["ops"] for r in row["runs"] if r.get("partial")]
+                out.append(
+                    f"{row['label']} ({param['label']}): * partial: {row['partial_runs']} of "
+                    f"{len(row['runs'])} runs stopped at the {param['values'].get('budget_s')} s "
+                    f"budget after {min(done):,}-{max(done):,} rows; the rate is over the rows done"
+                )
+    return out
 
 
 def _notes(sc: dict[str, Any]) -> list[str]:
@@ -258,7 +392,7 @@ def _notes(sc: dict[str, Any]) -> list[str]:
 def print_tables(payload: dict[str, Any]) -> None:
     for name, sc in payload["scenarios"].items():
         print(f"\n== {name}: {sc['title']} ==")
-        for what in ("primary", "latency", "bytes"):
+        for what in TABLES:
             table = _table(payload, name, what)
             if table is None:
                 continue
@@ -270,7 +404,7 @@ def print_tables(payload: dict[str, Any]) -> None:
                 align="ll" + "r" * (len(headers) - 2),
                 title=TABLE_TITLES[what].format(metric=sc["metric"]),
             )
-        for note in _notes(sc):
+        for note in _notes(sc) + _partial_note(sc):
             print(f"  - {note}")
     if payload.get("targets"):
         print("\n== targets ==")
@@ -280,10 +414,11 @@ def print_tables(payload: dict[str, Any]) -> None:
                 "-" if t["value"] is None else f"{t['value']:,.2f}",
                 t["target"],
                 {True: "met", False: "MISSED", None: "-"}[t["met"]],
+                t.get("note", ""),
             ]
             for t in payload["targets"]
         ]
-        print_table(["target", "value", "goal", ""], rows, align="lrrl")
+        print_table(["target", "value", "goal", "", "note"], rows, align="lrrll")
 
 
 # -- docs/benchmarks.md ---------------------------------------------------------------------------
@@ -373,6 +508,8 @@ METHOD = """\
 - Every scenario runs every row in one process, interleaved: one warm-up run per row
   (discarded), then {repeats} timed rounds, the row order reversed every other round
   (A B C, C B A, ...), so the drift of a shared machine spreads over all rows alike.
+  `instances` runs each run in a fresh subprocess instead (no warm-up, at most 3 rounds from
+  N = 200,000, a time budget per run: see its section).
 - Throughput is the median over the timed runs; p50 / p99 pool every timed operation of every
   run; bytes written are the `wchar` of `/proc/self/io` (every byte the process handed to a
   write system call, all threads; page-granular engines write whole pages) per save.
@@ -397,6 +534,55 @@ METHOD = """\
 - Bytes written count whole pages: every LMDB commit rewrites the leaf page of each table it
   touches plus the branch and meta pages; SQLite writes WAL frames, then checkpoints them
   into the database file."""
+
+
+INSTANCES_NOTES = """\
+- ckptlog (`ckptlog-fsync` / `ckptlog-process · save_instance`): `CheckpointLog.save` of the
+  N-instance fan-out record (untimed), then `CheckpointLog.save_instance` per row under
+  `FanOutInternalSaveBatching(flush_every=256)` and a final `flush`.
+- `sqlite-rows-*`: a hand-rolled SQLite table, WAL, a head row (upsert) and a history row per
+  row, `executemany` of both and one commit per batch; `synchronous=FULL` (fsync) or `NORMAL`
+  (process: in WAL mode a killed process loses nothing committed).
+- `lmdb-rows-*`: raw py-lmdb, a head row and a history row per row in two tables, `putmulti`,
+  one write transaction per batch; `sync=True` (fsync) or `sync=False, metasync=False`
+  (process).
+- `jsonl-*`: a JSON line appended per row; per batch `flush` to the OS (process), then
+  `os.fsync` (fsync).
+- The peers encode rows with `msgspec.json` and stamp them with `time.time()`, as
+  `save_instance` does; nobody's rows are built before the timer (they are the job's output).
+- A `--peer` store runs here through `save_instance` if it has one (openarmature's protocol
+  alone saves the whole N-instance record per instance: `n/a`, see `fanout`), or LangGraph's
+  `put_writes` per row (a commit per row: LangGraph has no batching). openarmature's and
+  techrevati's built-in peers and the raw frame ceiling are `n/a` here.
+
+Each run is a fresh subprocess and a fresh store, so the figures beside rows/s are the run's
+own: bytes handed to `write` per row, the growth of the store's files per row, the peak RSS of
+the process (`VmHWM`, read before the check that follows the timed section), and for ckptlog
+the time to `load` the head and `record_at` the middle seq after reopening the log. There is
+no warm-up run (nothing stays warm in a new process) and at most 3 timed rounds from
+N = 200,000. A run stops at the first batch boundary after its time budget (60 s;
+`--cell-budget`) and reports rows/s over the rows it did, marked `*` (partial) with the rows
+done, so a store that slows down with N cannot stall the run. After the timed section every
+store is checked to hold exactly the rows saved (ckptlog: the reloaded head has that many
+completed instances).
+
+```console
+$ .venv/bin/python -m benchmarks run --scenario instances --backend ckptlog,rows
+$ .venv/bin/python -m benchmarks run --scenario instances --instances-n 10000,200000
+$ .venv/bin/python -m benchmarks run --scenario instances --quick   # N = 1,000: a smoke run
+```"""
+
+PEER_SECTION = """\
+`python -m benchmarks run --peer package.module:factory` runs your store beside the built-in
+peers, with the same method and ratios. `factory(directory)` gets a fresh, empty directory per
+run and returns the store: an object implementing openarmature's `Checkpointer` protocol
+(async `save`, `load`, `list`, `delete`; `save_fan_out_internal`, `save_instance` and `flush`
+are used when present) or LangGraph's `BaseCheckpointSaver` (`put`, `put_writes`,
+`get_tuple`, `list`). The harness calls the factory once up front to detect which, closes the
+store after each run through its `aclose()` or `close()`, and names the row after the spec.
+State what a returned save survives with `factory.durability = "process"` (or `"fsync"`,
+`"none"`): the row is compared with ckptlog's row of that durability (unstated: `fsync`). A
+run with `--peer` writes `bench.partial.json`, never the published figures."""
 
 
 def _env_lines(payload: dict[str, Any]) -> list[str]:
@@ -485,6 +671,7 @@ def render(
         "$ .venv/bin/python -m benchmarks run --doc          # full run: JSON, tables, this page",
         "$ .venv/bin/python -m benchmarks run --quick        # smoke run of every scenario",
         "$ .venv/bin/python -m benchmarks run --scenario fanout --backend ckptlog,openarmature",
+        "$ .venv/bin/python -m benchmarks run --scenario instances --peer mypkg.store:factory",
         "$ .venv/bin/python -m benchmarks report             # this page from the stored JSON",
         "```",
         "",
@@ -509,11 +696,17 @@ def render(
         "",
         METHOD.format(repeats=settings["repeats"], budgets=budgets),
         "",
+        "## Bringing your own store: `--peer`",
+        "",
+        PEER_SECTION,
+        "",
     ]
     if plot_note:
         lines += [f"> {plot_note}", ""]
     for name, sc in payload["scenarios"].items():
         lines += [f"## `{name}`: {sc['title']}", "", sc["description"], ""]
+        if name == "instances":
+            lines += [INSTANCES_NOTES, ""]
         params = "; ".join(
             f"{p['label']}: " + ", ".join(f"{k}={_num(v)}" for k, v in p["values"].items())
             for p in sc["params"]
@@ -525,7 +718,7 @@ def render(
         ]
         if name in plots:
             lines += [f"![{name}]({PLOTS_DIRNAME}/{plots[name]})", ""]
-        for what in ("primary", "latency", "bytes"):
+        for what in TABLES:
             table = _table(payload, name, what)
             if table is None:
                 continue
@@ -536,6 +729,9 @@ def render(
         notes = _notes(sc)
         if notes:
             lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]
+        partial = _partial_note(sc)
+        if partial:
+            lines += ["Stopped at the time budget:", ""] + [f"- {n}" for n in partial] + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 

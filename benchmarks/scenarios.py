@@ -1,7 +1,9 @@
-"""The six scenarios: linear, fanout, concurrent (writes); load, list, replay (reads).
+"""The seven scenarios: linear, fanout, concurrent, instances (writes); load, list, replay (reads).
 
-Inputs are openarmature 0.17 records (``openarmature.checkpoint`` types, as the engine hands
-them to a checkpointer); peers with other APIs take the same state and ids in their own shape
+``instances`` lives in :mod:`benchmarks.instances`. Inputs are openarmature 0.17 records
+(``openarmature.checkpoint`` types, as the engine hands them to a checkpointer; ckptlog's own
+``eventlog.records`` types, the same shapes, when openarmature is not installed); peers with
+other APIs take the same state and ids in their own shape
 (:mod:`benchmarks.peers`). Everything is deterministic: states come from ``random.Random(0)``
 and timestamps from a fixed origin, so two runs save the same bytes.
 
@@ -26,16 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from openarmature.checkpoint import (
-    CheckpointRecord,
-    FanOutInstanceProgress,
-    FanOutProgress,
-    NodePosition,
-)
-
 from benchmarks.common import process_write_bytes
 from benchmarks.harness import BudgetExceeded, Param, Row, Sample
-from benchmarks.peers.base import FanOp, FanOutSetup, Peer, SaveOp
+from benchmarks.instances import Instances
+from benchmarks.peers.base import FanOp, FanOutSetup, Peer, SaveOp, record_types
 
 T0 = 1_700_000_000.0  # saved_at of save 0; save k is T0 + k ms
 POSITIONS_WINDOW = 8
@@ -63,15 +59,16 @@ def state_of(k: int, size: int) -> dict[str, Any]:
     return {"step": k, "cursor": f"page-{k:08d}", **payload(size)}
 
 
-def positions(k: int) -> tuple[NodePosition, ...]:
+def positions(k: int) -> tuple[Any, ...]:
+    node_position = record_types().NodePosition
     first = max(0, k - POSITIONS_WINDOW + 1)
-    return tuple(NodePosition((), f"node-{j % 16}", j) for j in range(first, k + 1))
+    return tuple(node_position((), f"node-{j % 16}", j) for j in range(first, k + 1))
 
 
 def save_op(inv: str, corr: str, k: int, size: int) -> SaveOp:
     state = state_of(k, size)
     at = T0 + k / 1000
-    record = CheckpointRecord(
+    record = record_types().CheckpointRecord(
         invocation_id=inv,
         correlation_id=corr,
         state=state,
@@ -239,24 +236,25 @@ def result_of(i: int) -> dict[str, Any]:
 
 def build_fan_out(inv: str, n: int, k: int) -> tuple[FanOutSetup, list[FanOp]]:
     """A fan-out of ``n`` with ``(n - k) // 2`` instances completed, then ``k`` completions."""
+    t = record_types()
     done = (n - k) // 2
     results = [result_of(i) for i in range(n)]
     state = {"query": "q", "items": n, "notes": "x" * 200}
 
-    def record(completed: int, at: float) -> CheckpointRecord:
+    def record(completed: int, at: float) -> Any:
         instances = tuple(
-            [FanOutInstanceProgress("completed", results[i]) for i in range(completed)]
-            + [FanOutInstanceProgress("not_started") for _ in range(n - completed)]
+            [t.FanOutInstanceProgress("completed", results[i]) for i in range(completed)]
+            + [t.FanOutInstanceProgress("not_started") for _ in range(n - completed)]
         )
-        return CheckpointRecord(
+        return t.CheckpointRecord(
             invocation_id=inv,
             correlation_id="bench",
             state=state,
-            completed_positions=(NodePosition((), "plan", 0), NodePosition((), "split", 1)),
+            completed_positions=(t.NodePosition((), "plan", 0), t.NodePosition((), "split", 1)),
             parent_states=(),
             last_saved_at=at,
             schema_version="1",
-            fan_out_progress=(FanOutProgress(FAN_NODE, (), n, instances),),
+            fan_out_progress=(t.FanOutProgress(FAN_NODE, (), n, instances),),
         )
 
     setup = FanOutSetup(inv, "bench", FAN_NODE, n, done, record(done, T0), state)
@@ -527,5 +525,14 @@ class ListInvocations(_Base):
 
 
 SCENARIOS: dict[str, Any] = {
-    s.name: s for s in (Linear(), FanOut(), Concurrent(), Load(), ListInvocations(), Replay())
+    s.name: s
+    for s in (
+        Linear(),
+        FanOut(),
+        Concurrent(),
+        Instances(),
+        Load(),
+        ListInvocations(),
+        Replay(),
+    )
 }

@@ -11,18 +11,22 @@ import asyncio
 import importlib.util
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bench_smoke import run_module
+from bench_smoke import REPO, run_module
 
 from benchmarks.__main__ import main
 from benchmarks.harness import Progress
-from benchmarks.peers import PEER_NAMES, all_peers, select
+from benchmarks.instances import result_of, run_cell
+from benchmarks.peers import PEER_NAMES, all_peers, peer_from_origin, select
+from benchmarks.peers.base import Peer
 from benchmarks.peers.ckptlog import CkptlogPeer
 from benchmarks.peers.raw import RawLmdbPeer
+from benchmarks.peers.rows import JsonlPeer, LmdbRowsPeer, SqliteRowsPeer
 from benchmarks.report import compute_targets, write_doc
 from benchmarks.scenarios import SCENARIOS, save_op
 
@@ -295,3 +299,209 @@ def test_progress_bar_writes_to_its_stream_only_when_enabled() -> None:
     quiet = io.StringIO()
     Progress(4, enabled=False, stream=quiet).step("x", "y")
     assert quiet.getvalue() == ""
+
+
+# -- the instances scenario, its peers, and --peer -------------------------------------------------
+
+ROW_PEERS = [
+    cls(mode) for cls in (SqliteRowsPeer, LmdbRowsPeer, JsonlPeer) for mode in ("fsync", "process")
+]
+
+
+@pytest.mark.parametrize("peer", ROW_PEERS, ids=lambda p: p.name)
+def test_row_peers_commit_per_batch_and_read_back_what_they_wrote(
+    peer: Peer, tmp_path: Path
+) -> None:
+    sink = peer.instance_sink(tmp_path, batch=4)
+    try:
+        sink.setup("job", 10)
+        for i in range(10):
+            sink.save(i, result_of(i))
+        head, hist = sink.rows()  # type: ignore[attr-defined]
+        assert (len(head), hist) == (8, 8)  # two batches of 4 committed, 2 rows pending
+        sink.flush()
+        head, hist = sink.rows()  # type: ignore[attr-defined]
+        assert head == {i: result_of(i) for i in range(10)}
+        assert hist == 10
+        assert sink.probe(10) == {}
+        with pytest.raises(AssertionError, match="saved 9"):
+            sink.probe(9)
+        sink.save(3, {"item": 3, "ok": False})  # a head row is upserted, history appended
+        sink.flush()
+        head, hist = sink.rows()  # type: ignore[attr-defined]
+        assert head[3] == {"item": 3, "ok": False}
+        assert (len(head), hist) == (10, 11)
+    finally:
+        sink.close()
+
+
+CELL_PEERS = ["ckptlog-process", "ckptlog-fsync", *(p.name for p in ROW_PEERS)]
+
+
+@pytest.mark.parametrize("name", CELL_PEERS)
+def test_an_instances_cell_saves_every_row_and_checks_the_store(name: str, tmp_path: Path) -> None:
+    spec = {"peer": name, "n": 600, "batch": 256, "budget_s": 600.0, "path": str(tmp_path / "s")}
+    out = asyncio.run(run_cell(spec, peer_from_origin(name)))
+    assert out["ops"] == 600
+    assert out["partial"] is False
+    assert out["bytes_written"] > 0
+    assert out["extra"]["peak_rss_bytes"] > 1 << 20
+    assert out["extra"]["store_bytes_per_row"] > 0
+    if name.startswith("ckptlog"):  # reopened and checked: 600 completed instances
+        assert out["extra"]["load_ms"] > 0
+        assert out["extra"]["record_at_ms"] > 0
+        assert out["extra"]["mid_seq"] >= 1
+    else:
+        assert set(out["extra"]) == {"peak_rss_bytes", "store_bytes_per_row"}
+
+
+@pytest.mark.parametrize("name", ["ckptlog-process", "sqlite-rows-process", "jsonl-fsync"])
+def test_an_instances_cell_past_its_budget_stops_at_a_batch_and_says_partial(
+    name: str, tmp_path: Path
+) -> None:
+    spec = {"peer": name, "n": 2000, "batch": 256, "budget_s": 0.0, "path": str(tmp_path / "s")}
+    out = asyncio.run(run_cell(spec, peer_from_origin(name)))
+    assert out["ops"] == 256  # the first batch boundary; the store holds exactly these (probe)
+    assert out["partial"] is True
+
+
+def test_instances_rows_in_the_smoke_run(quick: tuple[dict[str, Any], str]) -> None:
+    data, stdout = quick
+    sc = data["scenarios"]["instances"]
+    assert sc["metric"] == "rows/s"
+    (param,) = sc["params"]
+    assert param["values"] == {"n": 1000, "batch": 256, "budget_s": 20.0}
+    for mode in ("fsync", "process"):
+        ours = _row(data, "instances", "n=1000", f"ckptlog-{mode} · save_instance")
+        assert ours["status"] == "ok"
+        assert ours["ops_per_run"] == 1000
+        assert {"load_ms", "record_at_ms", "peak_rss_bytes"} <= set(ours["extra"])
+        for peer in ("sqlite-rows", "lmdb-rows", "jsonl"):
+            row = _row(data, "instances", "n=1000", f"{peer}-{mode}")
+            assert row["status"] == "ok", row.get("reason")
+            assert row["reference"] == f"ckptlog-{mode} · save_instance"
+            assert row["ratio"] == pytest.approx(ours["rate_median"] / row["rate_median"], rel=1e-3)
+            assert data["peers"][f"{peer}-{mode}"]["durability"]["kind"] == mode
+    assert "synchronous=FULL" in data["peers"]["sqlite-rows-fsync"]["durability"]["detail"]
+    assert "synchronous=NORMAL" in data["peers"]["sqlite-rows-process"]["durability"]["detail"]
+    na = _row(data, "instances", "n=1000", "oa-sqlite-pickle")
+    assert na["status"] == "n/a"
+    assert "no per-instance save" in na["reason"]
+    assert _row(data, "linear", "state=200", "jsonl-fsync")["status"] == "n/a"
+    assert "peak RSS of the run's process" in stdout
+    names = {t["name"] for t in data["targets"]}
+    assert "instances N=1,000 fsync vs sqlite-rows" in names
+
+
+def test_partial_runs_are_marked_in_tables_and_targets(
+    quick: tuple[dict[str, Any], str], tmp_path: Path
+) -> None:
+    data = json.loads(json.dumps(quick[0]))
+    row = _row(data, "instances", "n=1000", "ckptlog-fsync · save_instance")
+    row["partial_runs"] = 1
+    row["runs"][0]["partial"] = True
+    text = write_doc(data, tmp_path / "b.md", json_path=tmp_path / "b.json").read_text("utf-8")
+    assert f"{row['rate_median']:,.0f}* (=)" in text
+    assert "ckptlog-fsync · save_instance (N=1,000): * partial: 1 of 2 runs stopped" in text
+    (t,) = [
+        t for t in compute_targets(data) if t["name"] == "instances N=1,000 fsync vs jsonl"
+    ] or [None]
+    assert t is None  # jsonl is no target peer
+    (t,) = [t for t in compute_targets(data) if t["name"] == "instances N=1,000 fsync vs lmdb-rows"]
+    assert t["note"] == "partial runs (stopped at the budget)"
+    big = json.loads(json.dumps(data))  # a partial run is no whole job: its RSS is not judged
+    big["scenarios"]["instances"]["params"][0]["values"]["n"] = 1_000_000
+    (rss,) = [t for t in compute_targets(big) if t["name"].endswith("fsync peak RSS (GiB)")]
+    assert rss["met"] is None
+    assert rss["value"] > 0
+    (rss,) = [t for t in compute_targets(big) if t["name"].endswith("process peak RSS (GiB)")]
+    assert rss["met"] is True
+
+
+def test_user_peers_run_beside_the_built_in_ones(tmp_path: Path) -> None:
+    """--peer with an openarmature Checkpointer (ckptlog's own, stated process), a LangGraph
+    BaseCheckpointSaver (durability unstated: fsync) and a bare protocol store without
+    save_instance; instances cells run in subprocesses that import the factory module too."""
+    out = tmp_path / "bench.json"
+    specs = [
+        "bench_peer_factories:ckptlog_checkpointer",
+        "bench_peer_factories:lg_sqlite_saver",
+        "bench_peer_factories:dict_checkpointer",
+    ]
+    argv = ["run", "--quick", "--scenario", "linear,instances", "--backend", "ckptlog"]
+    argv += [a for s in specs for a in ("--peer", s)]
+    assert main([*argv, "--no-progress", "--out", str(out)]) == 0
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["complete"] is False
+    oa, lg, bare = specs
+    assert data["peers"][oa]["durability"]["kind"] == "process"
+    assert "Checkpointer protocol" in data["peers"][oa]["api"]
+    assert data["peers"][lg]["durability"]["kind"] == "fsync"
+    assert "not stated" in data["peers"][lg]["durability"]["detail"]
+    assert "BaseCheckpointSaver" in data["peers"][lg]["api"]
+    assert data["peers"][bare]["durability"]["kind"] == "none"
+    for label, ref in (
+        (oa, "ckptlog-process"),
+        (lg, "ckptlog-fsync"),
+        (bare, "ckptlog-process"),
+    ):
+        row = _row(data, "linear", "state=200", label)
+        assert row["status"] == "ok", row.get("reason")
+        assert row["reference"] == ref
+        assert row["ratio"] is not None
+    mine = _row(data, "instances", "n=1000", f"{oa} · save_instance")
+    assert mine["status"] == "ok", mine.get("reason")
+    assert mine["reference"] == "ckptlog-process · save_instance"
+    assert mine["ops_per_run"] == 1000
+    assert "load_ms" in mine["extra"]
+    writes = _row(data, "instances", "n=1000", f"{lg} · put_writes")
+    assert writes["status"] == "ok", writes.get("reason")
+    assert writes["reference"] == "ckptlog-fsync · save_instance"
+    no_instance = _row(data, "instances", "n=1000", f"{bare} · save_instance")
+    assert no_instance["status"] == "n/a"
+    assert "no save_instance" in no_instance["reason"]
+
+
+def test_a_peer_that_is_no_store_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--quick", "--peer", "bench_peer_factories:not_a_store"]) == 2
+    err = capsys.readouterr().err
+    assert "implements neither openarmature's Checkpointer protocol" in err
+    assert "builtins.object" in err
+    assert main(["run", "--quick", "--peer", "bench_peer_factories"]) == 2
+    assert "--peer expects package.module:factory" in capsys.readouterr().err
+    assert main(["run", "--quick", "--peer", "no_such_module_xyz:f"]) == 2
+    assert "cannot import 'no_such_module_xyz'" in capsys.readouterr().err
+    assert main(["run", "--quick", "--peer", "bench_peer_factories:nope"]) == 2
+    assert "has no attribute 'nope'" in capsys.readouterr().err
+    assert main(["run", "--quick", "--instances-n", "10,x"]) == 2
+    assert "--instances-n expects positive integers" in capsys.readouterr().err
+    assert main(["run", "--quick", "--cell-budget", "0"]) == 2
+    assert "--cell-budget must be positive, got 0.0" in capsys.readouterr().err
+
+
+def test_bench_list_and_a_run_work_without_openarmature(tmp_path: Path) -> None:
+    """issue 13: `ckptlog bench list` with openarmature not importable; a run of ckptlog falls
+    back to ckptlog's own record types."""
+    block = "import sys; sys.modules['openarmature'] = None; from eventlog.cli import main; "
+    out = tmp_path / "b.json"
+    for args in (
+        ["bench", "list"],
+        ["bench", "run", "--quick", "--scenario", "linear,instances", "--backend", "ckptlog,jsonl",
+         "--repeats", "1", "--no-progress", "--out", str(out)],
+    ):  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", block + f"sys.exit(main({args!r}))"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        if args[1] == "list":
+            assert "instances" in proc.stdout
+            assert "ckptlog-process    process" in proc.stdout
+            assert "oa-sqlite-pickle   n/a      not installed (openarmature" in proc.stdout
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert _row(data, "linear", "state=200", "ckptlog-process")["status"] == "ok"
+    assert _row(data, "instances", "n=1000", "jsonl-fsync")["status"] == "ok"

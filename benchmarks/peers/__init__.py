@@ -2,7 +2,12 @@
 
 :func:`all_peers` builds every peer whose package is installed, in the table's order, and names
 those that are not (reported as n/a). Adapter modules import their framework at import time, so
-a missing package shows up here, never in the middle of a run.
+a missing package shows up here, never in the middle of a run; nothing is imported until a peer
+is built (``ckptlog bench list`` works with no peer package installed).
+
+:func:`user_peer` wraps a user's own store (``--peer package.module:factory``);
+:func:`peer_from_origin` rebuilds any peer from its :attr:`Peer.origin` (the ``instances`` scenario
+runs each cell in a fresh process).
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ _SPECS: tuple[tuple[str, str, Callable[[Any], Peer]], ...] = (
     ("techrevati-sqlite", "techrevati", lambda m: m.TechrevatiPeer()),
     ("lmdb-raw-process", "raw", lambda m: m.RawLmdbPeer("process")),
     ("lmdb-raw-fsync", "raw", lambda m: m.RawLmdbPeer("fsync")),
+    ("sqlite-rows-process", "rows", lambda m: m.SqliteRowsPeer("process")),
+    ("sqlite-rows-fsync", "rows", lambda m: m.SqliteRowsPeer("fsync")),
+    ("lmdb-rows-process", "rows", lambda m: m.LmdbRowsPeer("process")),
+    ("lmdb-rows-fsync", "rows", lambda m: m.LmdbRowsPeer("fsync")),
+    ("jsonl-process", "rows", lambda m: m.JsonlPeer("process")),
+    ("jsonl-fsync", "rows", lambda m: m.JsonlPeer("fsync")),
 )
 PEER_NAMES: tuple[str, ...] = tuple(name for name, _, _ in _SPECS)
 FAMILIES: dict[str, str] = {
@@ -33,6 +44,7 @@ FAMILIES: dict[str, str] = {
     "langgraph": "langgraph",
     "techrevati": "techrevati",
     "raw": "lmdb-raw",
+    "rows": "rows",
 }
 
 
@@ -71,3 +83,20 @@ def select(tokens: list[str]) -> tuple[str, ...]:
                 )
             chosen += [h for h in hits if h not in chosen]
     return tuple(n for n in PEER_NAMES if n in chosen)
+
+
+def user_peer(spec: str) -> Peer:
+    """The peer of ``--peer package.module:factory`` (ValueError when it cannot be used)."""
+    from benchmarks.peers.user import user_peer as build  # noqa: PLC0415 - lazy
+
+    return build(spec)
+
+
+def peer_from_origin(key: str) -> Peer:
+    """The peer whose :attr:`Peer.origin` is ``key``: a built-in name or a ``--peer`` spec."""
+    if key in PEER_NAMES:
+        peers, missing = all_peers((key,))
+        if not peers:
+            raise ValueError(f"peer {key!r} is not available: {missing.get(key)}")
+        return peers[0]
+    return user_peer(key)

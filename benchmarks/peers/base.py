@@ -15,11 +15,14 @@ Invariants:
 from __future__ import annotations
 
 import abc
+import functools
+import importlib
 import sqlite3
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 DurabilityKind = Literal["fsync", "process", "none"]
 Concurrency = Literal["async", "threads", "batch"]
@@ -73,6 +76,41 @@ class FanOp:
     saved_at: float
 
 
+class InstanceSink(Protocol):
+    """One store in the ``instances`` scenario: a job appending each fan-out instance's result
+    as it completes. ``save`` / ``flush`` are timed; the peer commits every ``batch`` saves
+    itself (the harness calls ``flush`` once at the end). ``save`` and ``flush`` are plain
+    methods for the built-in peers, coroutines for an async ``--peer`` (the cell awaits them).
+    """
+
+    def setup(self, inv: str, n: int) -> Any:
+        """Create the fan-out of ``n`` instances (untimed)."""
+
+    def save(self, index: int, result: dict[str, Any]) -> Any:
+        """Instance ``index`` completed with ``result``."""
+
+    def flush(self) -> Any:
+        """Commit what the current batch buffered."""
+
+    def probe(self, done: int) -> Any:
+        """After the run (untimed): check the store holds ``done`` instances and return extra
+        figures (e.g. ckptlog's head load time); ``{}`` when none. A ``dict[str, float]``, or
+        a coroutine of one."""
+
+    def close(self) -> Any: ...
+
+
+@functools.cache
+def record_types() -> types.ModuleType:
+    """Where the record types come from: ``openarmature.checkpoint`` (what the engine hands a
+    checkpointer) when installed, else ckptlog's ``eventlog.records`` (the same names, fields and
+    order). Imported on first use, so nothing needs openarmature to import the benchmarks."""
+    try:
+        return importlib.import_module("openarmature.checkpoint")
+    except ImportError:
+        return importlib.import_module("eventlog.records")
+
+
 def row_label(peer_name: str, variant: str) -> str:
     return f"{peer_name} · {variant}" if variant else peer_name
 
@@ -88,6 +126,12 @@ class Peer(abc.ABC):
     api: str  # the calls used, for the report
     concurrency: Concurrency = "async"
     build_note: str = ""  # how a read scenario's history is built, when not plain saves
+
+    @property
+    def origin(self) -> str:
+        """What rebuilds this peer in another process (:func:`benchmarks.peers.peer_from_key`):
+        its name, or the ``--peer`` spec of a user's store."""
+        return self.name
 
     def variants(self, scenario: str) -> tuple[str, ...]:
         """The ways this peer runs ``scenario`` (one row each); ``""`` is the plain one."""
@@ -107,6 +151,8 @@ class Peer(abc.ABC):
             base = "ckptlog-fsync" if self.durability.kind == "fsync" else "ckptlog-process"
         if scenario == "fanout":
             return f"{base} · save_fan_out_internal"
+        if scenario == "instances":
+            return f"{base} · save_instance"
         if scenario == "load" and self.concurrency != "async":
             return f"{base} · sync"
         return base
@@ -153,6 +199,10 @@ class Peer(abc.ABC):
 
     async def flush(self) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Commit whatever batching buffered (nothing by default)."""
+
+    def instance_sink(self, path: Path, batch: int) -> InstanceSink:
+        """A fresh store under directory ``path`` for the ``instances`` scenario."""
+        raise NotImplementedError(f"{self.name} cannot express the instances scenario")
 
     # -- reads ---------------------------------------------------------------------------------
 

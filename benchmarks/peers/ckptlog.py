@@ -5,21 +5,38 @@ the comparison with openarmature's own checkpointers is like for like. Our async
 a small record on the event loop's thread and hops to a worker thread only for a wide fan-out
 or a large state; ``list`` always hops (``asyncio.to_thread``), as openarmature's do. ``load``
 has a second row, ``sync``, through ``CheckpointLog.load``: the log's own cost. ``replay`` uses
-``CheckpointLog.history`` (there is no async history API).
+``CheckpointLog.history`` (there is no async history API). The ``instances`` scenario drives
+the sync ``CheckpointLog`` (:class:`CkptlogSink`), as a batch job appending results would.
+No openarmature import: instances are ckptlog's own ``FanOutInstanceProgress`` (same shape).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from openarmature.checkpoint import FanOutInstanceProgress
-
-from benchmarks.peers.base import Durability, FanOp, FanOutSetup, Peer, SaveOp, row_label
-from eventlog.checkpoints import Checkpointer
-from eventlog.records import CheckpointFilter, FanOutInternalSaveBatching
+from benchmarks.peers.base import (
+    Durability,
+    FanOp,
+    FanOutSetup,
+    InstanceSink,
+    Peer,
+    SaveOp,
+    row_label,
+)
+from eventlog.checkpoints import Checkpointer, CheckpointLog
+from eventlog.records import (
+    NOT_STARTED,
+    CheckpointFilter,
+    CheckpointRecord,
+    FanOutInstanceProgress,
+    FanOutInternalSaveBatching,
+    FanOutProgress,
+    NodePosition,
+)
 
 BUILD_WINDOW = 1024  # concurrent saves in flight while building a history (group commit)
 
@@ -59,6 +76,8 @@ class CkptlogPeer(Peer):
     def variants(self, scenario: str) -> tuple[str, ...]:
         if scenario == "fanout":
             return ("save_fan_out_internal", "save_instance")
+        if scenario == "instances":
+            return ("save_instance",)
         if scenario == "load" and self.mode == "process":  # fsync: reads are n/a
             return ("", "sync")
         return ("",)
@@ -120,3 +139,77 @@ class CkptlogPeer(Peer):
 
     async def replay(self, inv: str) -> int:
         return sum(1 for _ in self._cp().sync.history(inv))
+
+    def instance_sink(self, path: Path, batch: int) -> InstanceSink:
+        return CkptlogSink(path, self.mode, batch)
+
+
+INSTANCE_NODE = "process_items"
+
+
+class CkptlogSink:
+    """``CheckpointLog.save`` of an N-instance fan-out record, then ``save_instance`` per
+    instance under ``FanOutInternalSaveBatching(flush_every=batch)``."""
+
+    def __init__(self, path: Path, mode: str, batch: int) -> None:
+        self.path = path
+        self.mode = mode
+        self.inv = ""
+        self.log: CheckpointLog | None = CheckpointLog.open(
+            path, durability=mode, batching=FanOutInternalSaveBatching(flush_every=batch)
+        )
+
+    def _log(self) -> CheckpointLog:
+        assert self.log is not None, "closed"
+        return self.log
+
+    def setup(self, inv: str, n: int) -> None:
+        self.inv = inv
+        fan = FanOutProgress(INSTANCE_NODE, (), n, (NOT_STARTED,) * n)
+        record = CheckpointRecord(
+            invocation_id=inv,
+            correlation_id="bench",
+            state={"query": "q", "items": n},
+            completed_positions=(NodePosition((), "plan", 0), NodePosition((), "split", 1)),
+            parent_states=(),
+            last_saved_at=time.time(),
+            schema_version="1",
+            fan_out_progress=(fan,),
+        )
+        self._log().save(inv, record)
+
+    def save(self, index: int, result: dict[str, Any]) -> None:
+        self._log().save_instance(
+            self.inv, INSTANCE_NODE, index, FanOutInstanceProgress("completed", result)
+        )
+
+    def flush(self) -> None:
+        self._log().flush()
+
+    def probe(self, done: int) -> dict[str, float]:
+        """Reopen the log (a resumed job: no cached head), time ``load`` of the head and
+        ``record_at`` of the middle seq, and check the head holds ``done`` completed instances."""
+        self.close()
+        log = CheckpointLog.open(self.path, durability=self.mode)
+        try:
+            t0 = time.perf_counter()
+            head = log.load(self.inv)
+            load_s = time.perf_counter() - t0
+            assert head is not None, f"no head for {self.inv!r} after the run"
+            (fan,) = head.fan_out_progress
+            completed = sum(1 for x in fan.instances if x.state == "completed")
+            assert completed == done, f"head has {completed} completed instances, saved {done}"
+            last = log.log.last_seq(self.inv)
+            mid = max(1, last // 2)
+            t0 = time.perf_counter()
+            at = log.record_at(self.inv, mid)
+            record_at_s = time.perf_counter() - t0
+            assert at is not None, f"record_at({mid}) of {last} seqs is None"
+        finally:
+            log.close()
+        return {"load_ms": load_s * 1e3, "record_at_ms": record_at_s * 1e3, "mid_seq": mid}
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None

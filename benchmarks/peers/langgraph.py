@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,12 @@ from benchmarks.peers.base import (
     Durability,
     FanOp,
     FanOutSetup,
+    InstanceSink,
     SaveOp,
     SyncPeer,
     sqlite_durability,
 )
+from benchmarks.peers.user import UserStore, aclose_store
 
 NS = ""
 MAP_SIZE = 1 << 36  # LMDB reserves address space only; py-lmdb's 10 MiB default fills at once
@@ -177,3 +180,78 @@ class LgLmdbPeer(_LangGraphPeer):
 
     async def list_invocations(self, corr: str | None) -> int:
         return sum(1 for _ in self.saver.list(None))
+
+
+class UserLgPeer(_LangGraphPeer):
+    """A user's ``BaseCheckpointSaver`` (``--peer package.module:factory``): the factory gets a
+    fresh directory per run and returns the saver, driven exactly as the built-in savers."""
+
+    def __init__(self, store: UserStore) -> None:
+        super().__init__()
+        self.store = store
+        self.name = store.spec
+        self.package = store.package
+        self.durability = store.durability
+        self.api = "BaseCheckpointSaver.put / put_writes / get_tuple / list (sync)"
+
+    @property
+    def origin(self) -> str:
+        return self.store.spec
+
+    def variants(self, scenario: str) -> tuple[str, ...]:
+        return ("put_writes",) if scenario in ("fanout", "instances") else ("",)
+
+    def unsupported(self, scenario: str, variant: str, param: Mapping[str, Any]) -> str | None:
+        if scenario == "list" and param.get("filter"):
+            return None  # list(None, filter=...) is part of BaseCheckpointSaver
+        return super().unsupported(scenario, variant, param)
+
+    async def open(self, path: Path, *, batching: int = 0, build: bool = False) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.saver = self.store.factory(path)
+        self.last = {}
+
+    async def close(self) -> None:
+        if self.saver is not None:
+            await aclose_store(self.saver)
+            self.saver = None
+
+    async def list_invocations(self, corr: str | None) -> int:
+        flt = {"correlation_id": corr} if corr is not None else None
+        return sum(1 for _ in self.saver.list(None, filter=flt))
+
+    def instance_sink(self, path: Path, batch: int) -> InstanceSink:
+        path.mkdir(parents=True, exist_ok=True)
+        return _LgInstanceSink(self.store.factory(path))
+
+
+class _LgInstanceSink:
+    """LangGraph's per-instance idiom: one ``put_writes`` per completed instance against the
+    fan-out's checkpoint; every call commits (a saver has no batching)."""
+
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+        self.config: dict[str, Any] = {}
+
+    def setup(self, inv: str, n: int) -> None:
+        cp = _checkpoint(0, {"query": "q", "items": n}, 1_700_000_000.0)
+        meta = {"source": "loop", "step": 0, "parents": {}}
+        self.config = self.saver.put(_config(inv), cp, meta, dict(cp["channel_versions"]))
+
+    def save(self, index: int, result: dict[str, Any]) -> None:
+        task = f"task-{index:08d}"
+        self.saver.put_writes(self.config, [("results", result)], task, f"~__pregel_push, {index}")
+
+    def flush(self) -> None:
+        """Nothing buffered: every put_writes committed."""
+
+    def probe(self, done: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        got = self.saver.get_tuple(self.config)
+        load_s = time.perf_counter() - t0
+        writes = len(got.pending_writes or ()) if got is not None else 0
+        assert writes == done, f"get_tuple has {writes} pending writes, saved {done}"
+        return {"load_ms": load_s * 1e3}
+
+    async def close(self) -> None:
+        await aclose_store(self.saver)
