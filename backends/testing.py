@@ -25,8 +25,8 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
