@@ -503,3 +503,25 @@ def test_lmdb_disk_full_is_a_storage_error_carrying_enospc() -> None:
     assert isinstance(err, StorageError)
     assert err.errno == ENOSPC
     assert "the disk is full" in str(err)
+
+
+def test_save_instance_whose_batch_flush_fails_is_kept_with_the_batch(tmp_path: Path) -> None:
+    # Under flush_every=N the N-th buffered save flushes: on a full disk that save raises
+    # FlushFailed, but it and the ones before it stay buffered and commit with the next flush.
+    backend = FaultyBackend(MemoryBackend())
+    log = CheckpointLog.on_backend(backend, batching=FanOutInternalSaveBatching(flush_every=10))
+    try:
+        log.save("inv", _record("inv", 0, fan_out=N_INSTANCES))
+        backend.failing = True
+        for i in range(9):
+            log.save_instance("inv", "work", i, _done(i))
+        with pytest.raises(FlushFailed) as e:
+            log.save_instance("inv", "work", 9, _done(9))
+        assert e.value.kept == 10 == log.log.buffered_count("inv")
+        backend.failing = False
+        for i in range(10, 20):
+            log.save_instance("inv", "work", i, _done(i))  # the 20th flushes all 20
+        assert _results(log) == [*range(20), *[None] * (N_INSTANCES - 20)]
+        assert log.verify().ok
+    finally:
+        log.close()
