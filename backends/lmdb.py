@@ -38,6 +38,7 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import importlib
 import os
@@ -95,6 +96,8 @@ def _translate(err: lmdb.Error, where: str) -> CheckpointError:
     """Map an lmdb error to our hierarchy, keeping lmdb's own hint text."""
     if isinstance(err, lmdb.MapFullError):
         return StorageFull(f"{where}: the LMDB map is full ({err}); raise map_size_max")
+    if isinstance(err, lmdb.DiskError):  # ENOSPC: keeps the errno for callers that test it
+        return StorageError(errno.ENOSPC, f"{where}: the disk is full ({err}); free space")
     if isinstance(err, lmdb.VersionMismatchError):
         return UnsupportedFormat(f"{where}: LMDB file version mismatch ({err})")
     if isinstance(err, (lmdb.InvalidError, lmdb.CorruptedError)):

@@ -11,16 +11,22 @@ Invariants the suite relies on:
 - Keyword options passed through are the ones every backend takes: ``durability``, ``readonly``.
 - Threads are joined before a test returns (LMDB read transactions are used by the thread that
   opened them only; forking with live threads is unsafe for subclasses that fork).
+
+:class:`FaultyBackend` wraps any backend so that chosen commits fail (``OSError(ENOSPC)`` by
+default): storage faults for the tests of the layers above.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
+import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.base import Backend, RetryableWrite, WriteTxn
+from backends.base import Backend, ReadTxn, RetryableWrite, WriteTxn
 from eventlog.errors import CheckpointError, LogClosed, ReadOnlyLog
 
 TABLES = ("a", "b")
@@ -729,3 +735,85 @@ class BackendContract:
                 _check_against_model(backend, model)
         finally:
             backend.close()
+
+
+# -- fault injection ---------------------------------------------------------------------------
+
+
+def disk_full() -> OSError:
+    """The error a commit meets on a full disk: ``OSError(ENOSPC)``."""
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _FaultyWrite:
+    """``with faulty.write() as txn``: the inner transaction, whose commit may be made to fail
+    (it is then rolled back and the injected error raised, as a failed commit would)."""
+
+    __slots__ = ("owner", "scope")
+
+    def __init__(self, owner: FaultyBackend) -> None:
+        self.owner = owner
+        self.scope = owner.inner.write()
+
+    def __enter__(self) -> WriteTxn:
+        return self.scope.__enter__()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool | None:
+        if exc is None:
+            injected = self.owner._next_commit()
+            if injected is not None:
+                self.scope.__exit__(type(injected), injected, None)  # roll back
+                raise injected
+        return self.scope.__exit__(exc_type, exc, tb)
+
+
+class FaultyBackend(Backend):
+    """Any backend, with commits that fail on demand: storage faults for tests.
+
+    ``failing = True`` makes every commit fail (a full disk) until set back to ``False``;
+    ``fail_at`` holds commit numbers (1-based, counting every commit attempt) that fail once.
+    A failing commit rolls its transaction back and raises ``error()`` (by default
+    ``OSError(ENOSPC)``). Everything else is the inner backend's, unchanged.
+    """
+
+    def __init__(self, inner: Backend, *, error: Callable[[], BaseException] = disk_full) -> None:
+        self.inner = inner
+        self.error = error
+        self.durability = inner.durability
+        self.readonly = inner.readonly
+        self.failing = False
+        self.fail_at: set[int] = set()
+        self.commits = 0  # commit attempts
+        self.failed = 0  # commits made to fail
+        self._lock = threading.Lock()
+
+    def _next_commit(self) -> BaseException | None:
+        with self._lock:
+            self.commits += 1
+            if not (self.failing or self.commits in self.fail_at):
+                return None
+            self.failed += 1
+        return self.error()
+
+    @property
+    def max_key_bytes(self) -> int:
+        return self.inner.max_key_bytes
+
+    @property
+    def location(self) -> str:
+        return self.inner.location
+
+    def read(self) -> AbstractContextManager[ReadTxn]:
+        return self.inner.read()
+
+    def write(self) -> AbstractContextManager[WriteTxn]:
+        return _FaultyWrite(self)
+
+    def sync(self) -> None:
+        self.inner.sync()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def size_bytes(self) -> int:
+        return self.inner.size_bytes()

@@ -11,7 +11,10 @@ Semantics (openarmature spec §10, 0.17):
   everything buffered is flushed when N have accumulated (the count resets at each flush);
   in-flight-failure saves are buffered without counting. Buffered saves are invisible to
   ``load`` and lost if the process dies: the loss window is at most N fan-out internal saves
-  (plus in-flight-failure saves) per checkpointer, or ``flush_interval`` seconds if set.
+  (plus in-flight-failure saves) per checkpointer, or ``flush_interval`` seconds if set. A
+  flush the storage refuses raises ``FlushFailed`` and keeps them for the next flush (also when
+  the flush was triggered by a buffered save: that save is kept too); ``close()`` that cannot
+  write them raises ``BufferedLost``.
 - ``delete`` drops the invocation's buffered saves and logs a tombstone; unknown ids: no-op.
 
 Invariants:

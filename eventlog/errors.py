@@ -77,3 +77,27 @@ class LogReplaced(StorageError):
 
 class ReadOnlyLog(CheckpointError, PermissionError):
     """A write was attempted on a log opened read-only."""
+
+
+class FlushFailed(StorageError):
+    """A flush could not commit the buffered frames (disk full, I/O error). They are kept, in
+    order, and the next ``flush()`` (or ``close()``, or a durable save of their stream) commits
+    them; ``kept`` is how many there are."""
+
+    def __init__(self, message: str, *, kept: int = 0) -> None:
+        super().__init__(message)
+        self.kept = kept
+
+
+class BufferedLost(StorageError):
+    """``close()`` could not commit the buffered frames, so they were not written;
+    ``lost`` maps each stream key to how many of its frames were dropped."""
+
+    def __init__(self, message: str, *, lost: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.lost = dict(lost or {})
+
+
+class WriterFailed(CheckpointError, RuntimeError):
+    """The log's writer stopped on an internal error (the cause is chained): every waiting and
+    later write fails with this at once instead of hanging. Close the log and open it again."""

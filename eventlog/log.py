@@ -18,6 +18,10 @@ Invariants:
 - A frame that cannot be encoded, is too large, or whose ``expect_seq`` does not match fails
   alone: nothing of it is written and the other frames of its commit are unaffected.
 - A durable append returns only after its commit is on disk (per the backend's durability).
+- A commit the storage refuses (``OSError``) drops no buffered frame: they return to their
+  buffers in order (see ``_keep_buffered``) and the flushes covering them raise ``FlushFailed``.
+- No caller's cancellation stops the writer (futures are resolved only if not done); a
+  committer that dies of a bug fails every waiting and later call with ``WriterFailed``.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import json
 import os
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -50,13 +55,19 @@ from eventlog.codec import (
     read_header,
 )
 from eventlog.errors import (
+    BufferedLost,
     CheckpointError,
     CorruptFrame,
+    FlushFailed,
     FrameTooLarge,
     InvalidStreamKey,
     LogClosed,
     NotALog,
+    ReadOnlyLog,
+    StorageError,
+    StorageFull,
     UnsupportedFormat,
+    WriterFailed,
 )
 from eventlog.frames import Frame
 
@@ -184,14 +195,19 @@ class _Waiter:
     releases. Cheaper than ``concurrent.futures.Future`` (no condition, no callbacks), which
     matters when hundreds of threads each wait for their commit."""
 
-    __slots__ = ("_lock", "value")
+    __slots__ = ("_lock", "_set", "value")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lock.acquire()
+        self._set = False
         self.value: Any = None
 
     def set(self, value: Any) -> None:
+        """Set the value once; later calls are ignored (only the committer sets it)."""
+        if self._set:
+            return
+        self._set = True
         self.value = value
         self._lock.release()
 
@@ -213,6 +229,7 @@ class _Item:
     payload: bytes = b""
     flags: int = 0
     result: Appended | BaseException | int | None = field(default=None, repr=False)
+    buffered: bool = False  # appended with durable=False: nobody waits for it
 
 
 def _u64(n: int) -> bytes:
@@ -269,6 +286,9 @@ class EventLog:
         self._deferred: list[BaseException] = []
         self._closed = False
         self._stopping = False
+        # Why the writer stopped, should it ever (see _die), and the buffered frames it dropped.
+        self._failed: BaseException | None = None
+        self._failed_lost = 0
         self._committing = False  # a thread (writer or leading caller) is committing
         # The committer's view of the log's end: (seq, checksum) per stream id and the last
         # global seq. Valid while no other process appends; checked at each commit.
@@ -366,6 +386,8 @@ class EventLog:
     # -- appending -----------------------------------------------------------------------------
 
     def _check_open(self) -> None:
+        if self._failed is not None:
+            raise self._writer_failed()
         if self._closed:
             raise LogClosed(
                 f"append after close: the log at {self.backend.location!r} is closed; "
@@ -393,6 +415,7 @@ class EventLog:
                     self._cond.notify()
             else:
                 for it in items:
+                    it.buffered = True
                     self._buffers.setdefault(it.stream, []).append(it)
                     self._buffered += 1
                 if self.flush_interval is not None:
@@ -440,6 +463,10 @@ class EventLog:
             batch = self._take_batch_locked()
         try:
             self._commit_safely(batch)
+        except BaseException as e:
+            self._die(e, batch)  # an internal error: fail every waiter rather than hang one
+            if not isinstance(e, Exception):
+                raise  # KeyboardInterrupt, SystemExit: still the caller's to see
         finally:
             with self._cond:
                 self._committing = False
@@ -595,31 +622,69 @@ class EventLog:
             self._resolve(batch)
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while (not self._queue or self._committing) and not self._stopping:
-                    timeout = None
-                    if self.flush_interval is not None and self._buffered:
-                        timeout = self.flush_interval - (time.monotonic() - self._last_flush)
-                        if timeout <= 0:
-                            self._drain_buffers_locked()
-                            if not self._committing:
-                                break
-                            timeout = None
-                    self._cond.wait(timeout)
-                if self._stopping and (not self._queue or self._committing):
-                    if not self._queue:
-                        return
-                    self._cond.wait()
-                    continue
-                self._committing = True
-                batch = self._take_batch_locked()
-            try:
-                self._commit_safely(batch)
-            finally:
+        batch: list[_Item] = []
+        try:
+            while True:
                 with self._cond:
-                    self._committing = False
-                    self._cond.notify_all()
+                    while (not self._queue or self._committing) and not self._stopping:
+                        timeout = None
+                        if self.flush_interval is not None and self._buffered:
+                            timeout = self.flush_interval - (time.monotonic() - self._last_flush)
+                            if timeout <= 0:
+                                self._drain_buffers_locked()
+                                if not self._committing:
+                                    break
+                                timeout = None
+                        self._cond.wait(timeout)
+                    if self._stopping and (not self._queue or self._committing):
+                        if not self._queue:
+                            return
+                        self._cond.wait()
+                        continue
+                    self._committing = True
+                    batch = self._take_batch_locked()
+                try:
+                    self._commit_safely(batch)
+                finally:
+                    with self._cond:
+                        self._committing = False
+                        self._cond.notify_all()
+                batch = []
+        except BaseException as e:  # noqa: BLE001 - a bug: fail every waiter, never hang one
+            self._die(e, batch)
+
+    def _die(self, cause: BaseException, batch: Sequence[_Item]) -> None:
+        """The committer met an error outside any one frame (a bug): stop serving the log.
+
+        Every item of ``batch`` and of the queue fails with :class:`WriterFailed` (chaining
+        ``cause``), and so does every later call, so nobody waits for a commit that will never
+        come. Buffered frames are dropped; the error says how many.
+        """
+        with self._cond:
+            if self._failed is None:
+                self._failed = cause
+            items = [*batch, *self._queue]
+            self._queue.clear()
+            self._failed_lost += self._buffered + sum(it.buffered for it in items)
+            self._buffers.clear()
+            self._buffered = 0
+            self._cond.notify_all()
+        for it in items:
+            if not it.buffered:
+                _settle(it, self._writer_failed())
+
+    def _writer_failed(self) -> WriterFailed:
+        cause = self._failed
+        lost = self._failed_lost
+        err = WriterFailed(
+            f"the writer of the log at {self.backend.location!r} stopped on an internal error "
+            f"({type(cause).__name__}: {cause}), so nothing more can be written through this "
+            "EventLog; what was acknowledged before is committed"
+            + (f", {lost} buffered frame(s) were dropped unwritten" if lost else "")
+            + ". Close it and open the log again (and report the error: it is a bug)"
+        )
+        err.__cause__ = cause
+        return err
 
     def _prepare(self, item: _Item) -> bool:
         """Encode and compress outside the transaction; ``False`` when the item failed."""
@@ -678,22 +743,36 @@ class EventLog:
 
     def _commit(self, batch: list[_Item]) -> None:
         frames = [it for it in batch if it.frame is not None and self._prepare(it)]
+        failure: StorageError | None = None  # the storage failed: frames from it were not written
         if frames:
             try:
                 self._run_write(frames)
-            except CheckpointError:
-                # One frame (or its effect) failed the whole transaction: isolate it by
-                # committing the frames one at a time, so each caller gets its own outcome.
-                for it in frames:
-                    it.result = None
-                for it in frames:
-                    try:
-                        self._run_write([it])
-                    except BaseException as e:  # noqa: BLE001 - delivered to the caller
-                        it.result = e
-            except BaseException as e:  # noqa: BLE001 - storage failure: every caller hears
+            except Exception as e:  # noqa: BLE001 - delivered to the callers
+                if _is_storage_failure(e):
+                    failure = _storage_error(e)
+                    for it in frames:
+                        it.result = failure
+                else:
+                    # One frame (or its effect) failed the whole transaction: isolate it by
+                    # committing the frames one at a time, so each caller gets its own outcome.
+                    for it in frames:
+                        it.result = None
+                    for k, it in enumerate(frames):
+                        try:
+                            self._run_write([it])
+                        except Exception as e1:  # noqa: BLE001 - delivered to the caller
+                            if not _is_storage_failure(e1):
+                                it.result = e1
+                                continue
+                            failure = _storage_error(e1)  # the rest would fail too: stop here
+                            for rest in frames[k:]:
+                                rest.result = failure
+                            break
+            except BaseException as e:  # noqa: BLE001 - interrupted: every caller hears
                 for it in frames:
                     it.result = e
+        if failure is not None:
+            self._keep_buffered(batch, failure)
         for it in frames:
             res = it.result
             if isinstance(res, int):
@@ -745,18 +824,56 @@ class EventLog:
         self._gseq = w.gseq
         return w.new_ids
 
+    def _keep_buffered(self, batch: list[_Item], failure: StorageError) -> None:
+        """After ``failure``: put the buffered frames of ``batch`` that it stopped back in
+        their buffers, ahead of what was buffered since, and fail the flushes that covered them.
+
+        Buffered frames still queued behind go back too (a frame must not commit before an
+        earlier one of its stream), except in front of a queued durable append of their stream,
+        which commits them first as always. Nothing is dropped: the next flush retries.
+        """
+        kept = [it for it in batch if it.buffered and it.result is failure]
+        if not kept:
+            return
+        first = batch.index(kept[0])
+        markers = [it for it in batch[first:] if it.frame is None]
+        with self._cond:
+            pending: dict[str, list[_Item]] = {}
+            for it in kept:
+                pending.setdefault(it.stream, []).append(it)
+            queue: list[_Item] = []
+            for it in self._queue:
+                if it.frame is None:
+                    markers.append(it)  # a flush queued after the kept frames
+                elif it.buffered:
+                    pending.setdefault(it.stream, []).append(it)
+                else:
+                    queue.extend(pending.pop(it.stream, ()))
+                    queue.append(it)
+            self._queue.clear()
+            self._queue.extend(queue)
+            for stream, items in pending.items():
+                self._buffers[stream] = items + self._buffers.get(stream, [])
+                self._buffered += len(items)
+            n = self._buffered + sum(it.buffered for it in queue)
+        for it in kept:
+            it.result = None  # not a failure of the frame: it waits for the next flush
+        error = _flush_failed(failure, n)
+        for it in markers:
+            it.result = error
+        queued = [it for it in markers if it not in batch]
+        if queued:
+            self._resolve(queued)
+
     def _resolve(self, batch: list[_Item]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
         for it in batch:
-            res = it.result if it.frame is not None else None
+            res = it.result
             fut = it.future
             if isinstance(fut, _Waiter):
                 fut.set(res)
             elif fut is not None:
-                if isinstance(res, BaseException):
-                    fut.set_exception(res)
-                else:
-                    fut.set_result(res)  # type: ignore[arg-type]
+                _settle_future(fut, res)
             elif it.aio is not None:
                 by_loop.setdefault(it.aio[0], []).append(it)
             elif isinstance(res, BaseException):
@@ -928,14 +1045,34 @@ class EventLog:
                 return
         error: BaseException | None = None
         try:
-            if self._writer is not None and self._writer.is_alive():
+            if self._failed is not None:
+                error = self._writer_failed()
+            elif self._writer is not None and self._writer.is_alive():
                 self.flush()
         except BaseException as e:  # noqa: BLE001 - still close; re-raised below
             error = e
         with self._cond:
             self._closed = True
             self._stopping = True
+            lost = {s: len(items) for s, items in self._buffers.items() if items}
+            self._buffers.clear()
+            self._buffered = 0
             self._cond.notify_all()
+        if lost:
+            dropped = BufferedLost(
+                f"close() could not write {sum(lost.values())} buffered frame(s), so they are "
+                "lost: "
+                + ", ".join(f"{s!r} ({n})" for s, n in sorted(lost.items()))
+                + (
+                    f". The flush before closing failed: {error}"
+                    if error is not None
+                    else ": they were buffered while close() ran; flush before closing"
+                ),
+                lost=lost,
+            )
+            dropped.errno = getattr(error, "errno", None)
+            dropped.__cause__ = error
+            error = dropped
         if self._writer is not None and self._writer is not threading.current_thread():
             self._writer.join()
         self.backend.close()
@@ -1044,11 +1181,88 @@ def _resolve_aio(items: list[_Item]) -> None:
         assert it.aio is not None
         fut = it.aio[1]
         if fut.done():
-            continue
+            continue  # its task was cancelled: the frame committed (or failed) all the same
         if isinstance(it.result, BaseException):
             fut.set_exception(it.result)
         else:
             fut.set_result(it.result)  # type: ignore[arg-type]
+
+
+def _settle_future(fut: Future[Appended], res: Any) -> None:
+    """Resolve ``fut`` unless its caller cancelled it (a cancelled ``flush_async`` cancels the
+    future it wraps, and a :meth:`EventLog.submit` future may be cancelled at any time)."""
+    if fut.done():
+        return
+    try:
+        if isinstance(res, BaseException):
+            fut.set_exception(res)
+        else:
+            fut.set_result(res)
+    except InvalidStateError:
+        pass  # cancelled between the check and the call
+
+
+def _settle(it: _Item, res: BaseException) -> None:
+    """Fail a waiting item from any thread, without :meth:`EventLog._resolve`."""
+    it.result = res
+    fut = it.future
+    if isinstance(fut, _Waiter):
+        fut.set(res)
+    elif fut is not None:
+        _settle_future(fut, res)
+    elif it.aio is not None:
+        loop = it.aio[0]
+        if loop is asyncio._get_running_loop():
+            _resolve_aio([it])
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(_resolve_aio, [it])
+
+
+def _is_storage_failure(e: BaseException) -> bool:
+    """An error of the medium (disk full, I/O error), not of the frames being written."""
+    return isinstance(e, OSError) and not isinstance(e, ReadOnlyLog)
+
+
+def _is_disk_full(e: BaseException) -> bool:
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, StorageFull) or getattr(seen, "errno", None) == errno.ENOSPC:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _storage_error(e: Exception) -> StorageError:
+    """``e`` as a :class:`StorageError` (a bare ``OSError`` from the backend is wrapped)."""
+    if isinstance(e, StorageError):
+        return e
+    full = _is_disk_full(e)
+    err = StorageError(
+        f"writing the log failed: {type(e).__name__}: {e}; "
+        + (
+            "the disk is full: free space, then save again"
+            if full
+            else "check the medium the log is on, then save again"
+        )
+    )
+    err.errno = getattr(e, "errno", None)
+    err.__cause__ = e
+    return err
+
+
+def _flush_failed(failure: StorageError, kept: int) -> FlushFailed:
+    what = "the disk is full" if _is_disk_full(failure) else "the storage failed"
+    err = FlushFailed(
+        f"flush failed: {what} ({failure}). The {kept} buffered frame(s) it was to commit are "
+        "kept in memory, in order: the next flush() or close() (or a durable save of their "
+        "stream) writes them. Free space and flush again; they are lost if the process dies "
+        "first",
+        kept=kept,
+    )
+    err.errno = failure.errno
+    err.__cause__ = failure
+    return err
 
 
 def _prev_of(envelope: bytes) -> bytes:
