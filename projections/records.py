@@ -34,6 +34,8 @@ from eventlog.records import (
     lineage_from,
     position_from,
 )
+from eventlog.validate import check_instance
+from eventlog.validate import differing as _differing
 
 FanOutKey = tuple[str, tuple[str, ...], tuple[Any, ...], int]
 
@@ -402,34 +404,6 @@ def _changed_indices(
     return diff, states, results
 
 
-_LINEAR_BELOW = 32  # ranges this short are compared item by item
-
-
-def _differing(new: list[Any], old: list[Any]) -> list[int]:
-    """Indices where ``new[i] != old[i]`` (lists of one length), in ascending order.
-
-    Whole ranges are compared in C (list equality checks identity first, so unchanged
-    instances cost a pointer compare) and only unequal ranges are halved: a save that changes
-    k of N instances costs O(N) pointer compares plus O(k log N) range compares, not N Python
-    steps.
-    """
-    if new == old:
-        return []
-    out: list[int] = []
-    todo = [(0, len(new))]
-    while todo:
-        lo, hi = todo.pop()
-        if hi - lo <= _LINEAR_BELOW:
-            out.extend(i for i in range(lo, hi) if new[i] != old[i])
-            continue
-        mid = (lo + hi) // 2
-        if new[mid:hi] != old[mid:hi]:
-            todo.append((mid, hi))
-        if new[lo:mid] != old[lo:mid]:
-            todo.append((lo, mid))
-    return out
-
-
 def _fan_out_delta(
     head: Head | None, progress: Any
 ) -> tuple[tuple[FanOutHeader, ...] | None, tuple[InstanceChange, ...], list[Slot] | None, int]:
@@ -441,7 +415,7 @@ def _fan_out_delta(
     by_key = {s.key: s for s in old_slots}
     changes: list[InstanceChange] = []
     slots: list[Slot] = []
-    for fp in progress:
+    for k, fp in enumerate(progress):
         lineage = lineage_from(getattr(fp, "enclosing_fan_out_lineage", ()))
         key = (fp.fan_out_node_name, tuple(fp.namespace), lineage, fp.instance_count)
         slot = by_key.pop(key, None)
@@ -460,6 +434,9 @@ def _fan_out_delta(
         fid = slot.header.fid
         changed, states, results = _changed_indices(slot, new_src, old_src)
         for i in changed:
+            # Checked before the save was queued (eventlog.validate); checked again here, as
+            # the writer may see changes that check skipped as unchanged (another base).
+            check_instance(new_src[i], f"record.fan_out_progress[{k}].instances[{i}]", False)
             conv = instance_from(new_src[i])
             if conv != instances[i]:
                 instances[i] = conv
