@@ -344,12 +344,13 @@ class CheckpointLog:
                 f"record.invocation_id is {rec_id!r} but the save is for {invocation_id!r}; "
                 "pass the record under its own invocation id"
             )
-        self._checker.check(invocation_id, record)  # every other field, strictly, by type
+        seen = self._checker.check(invocation_id, record)  # every other field, strictly, by type
         return Incoming(
             kind=kind,
             record=record,
             state=encode_value(record.state, "state"),
             parent_states=encode_value(tuple(record.parent_states), "parent_states"),
+            seen=seen,
         )
 
     def save(self, invocation_id: str, record: Any) -> None:

@@ -8,7 +8,7 @@ raises :class:`~eventlog.errors.InvalidRecord` naming the field path (``record.
 fan_out_progress[0].instances[2].state``), what was expected and what was found.
 
 What the decoders accept: ``str`` (and subclasses) for str fields; ``int`` (not ``bool``,
-within msgpack's 64-bit range) for int fields; ``int`` or ``float`` (not ``bool``) for float
+within int64) for int fields; ``int`` or ``float`` (not ``bool``) for float
 fields; a ``tuple`` or ``list`` for sequences (both encode as one msgpack array); states and
 results must encode structurally (:func:`eventlog.codec.encode_value`).
 
@@ -23,16 +23,21 @@ any instance it does write (:func:`check_instance`).
 from __future__ import annotations
 
 import collections
+import operator
 import reprlib
 import threading
-from typing import Any, Final, NoReturn
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, NoReturn
+
+import msgspec
 
 from eventlog.codec import encode_value
 from eventlog.errors import EncodingError, InvalidRecord
 
 STATES: Final = frozenset(("completed", "in_flight", "not_started"))
 _INT_MIN: Final = -(2**63)
-_INT_END: Final = 2**64  # msgpack ints: [-2**63, 2**64)
+_INT_END: Final = 2**63  # int64: what every int field holds (msgpack itself goes to 2**64)
+Int = Annotated[int, msgspec.Meta(ge=_INT_MIN, le=_INT_END - 1)]
 _SEQ: Final = (tuple, list)
 _repr = reprlib.Repr()
 _repr.maxstring = 40
@@ -73,7 +78,7 @@ def check_str(v: Any, path: str) -> None:
 
 def check_int(v: Any, path: str) -> None:
     if not is_int(v):
-        fail(path, "an int (not a bool) in [-2**63, 2**64)", v)
+        fail(path, "an int (not a bool) in [-2**63, 2**63)", v)
 
 
 def check_float(v: Any, path: str) -> None:
@@ -120,10 +125,39 @@ def check_position(p: Any, path: str) -> None:
         fail(f"{path}.fan_out_index", "None or an int (not a bool)", index)
 
 
+class _Position(msgspec.Struct):
+    """NodePosition's fields as the decoder types them (read from attributes by convert)."""
+
+    namespace: tuple[str, ...]
+    node_name: str
+    step: Int
+    attempt_index: Int = 0
+    fan_out_index: Int | None = None
+
+
+_POSITIONS: Final = tuple[_Position, ...]
+
+
 def check_positions(ps: Any, path: str, start: int = 0) -> None:
+    """A tuple of NodePosition (from index ``start``): one ``msgspec.convert`` (in C) when all
+    are valid, else the checks of :func:`check_position` name the first bad one."""
     check_seq(ps, path)
+    if len(ps) <= start:
+        return
+    try:
+        msgspec.convert(ps[start:] if start else ps, _POSITIONS, from_attributes=True, strict=True)
+    except msgspec.ValidationError as e:
+        error: msgspec.ValidationError | None = e
+    else:
+        error = None
+        if not any(issubclass(t, Mapping) for t in set(map(type, ps))):
+            return  # (convert also takes a mapping for a Struct; the writer does not)
     for i in range(start, len(ps)):
         check_position(ps[i], f"{path}[{i}]")
+    msg, _, where = str(error).partition(" - at `$")
+    if start:
+        msg += f" (index counted from {start})"
+    fail(f"{path}{where.rstrip('`')}", f"as declared ({msg})", ps)
 
 
 def check_lineage(objs: Any, path: str) -> None:
@@ -198,16 +232,34 @@ def check_fan_out_header(fp: Any, path: str) -> Any:
     return instances
 
 
-class _Seen:
-    """What was checked of one fan-out: its instances tuple, their states and results."""
+class Seen:
+    """What was checked of one fan-out: its instances tuple, their states and results, and
+    (``base``, ``changed``) the previously checked tuple and the candidate changes against it.
 
-    __slots__ = ("in_flight", "instances", "results", "states")
+    The writer's change detection (projections.records) reuses these lists, and ``changed``
+    when its own base is ``base``, so a save does not pay for both.
+    """
 
-    def __init__(self, instances: Any, states: list[Any], results: list[Any]) -> None:
+    __slots__ = ("base", "changed", "in_flight", "instances", "results", "states")
+
+    def __init__(
+        self,
+        instances: Any,
+        states: list[Any],
+        results: list[Any],
+        base: Any = None,
+        changed: set[int] | None = None,
+    ) -> None:
         self.instances = instances
         self.states = states
         self.results = results
-        self.in_flight = [i for i, s in enumerate(states) if s == "in_flight"]
+        self.base = base
+        self.changed = changed
+        self.in_flight = (
+            {i for i, s in enumerate(states) if s == "in_flight"}
+            if "in_flight" in states
+            else set()
+        )
 
 
 _LINEAR_BELOW: Final = 32  # ranges this short are compared item by item
@@ -244,14 +296,16 @@ class RecordChecker:
     only the instances that changed (see the module docstring). Thread-safe."""
 
     def __init__(self, entries_max: int) -> None:
-        self._seen: collections.OrderedDict[str, tuple[_Seen | None, ...]] = (
+        # invocation id -> (its last checked completed_positions, what was seen of its fan-outs)
+        self._seen: collections.OrderedDict[str, tuple[Any, tuple[Seen, ...]]] = (
             collections.OrderedDict()
         )
         self._max = entries_max
         self._lock = threading.Lock()
 
-    def check(self, invocation_id: str, rec: Any) -> None:
-        """Check every field of ``rec`` (state and parent states are encoded by the caller)."""
+    def check(self, invocation_id: str, rec: Any) -> tuple[Seen, ...]:
+        """Check every field of ``rec`` (state and parent states are encoded by the caller);
+        returns what was seen of each of its fan-outs (for the writer's change detection)."""
         if isinstance(rec, (dict, list, tuple, str, bytes)) or rec is None:
             fail("record", "a CheckpointRecord (or an object with its attributes)", rec)
         check_str(
@@ -264,17 +318,19 @@ class RecordChecker:
             _attr(rec, "last_saved_at", "record", "CheckpointRecord"), "record.last_saved_at"
         )
         check_seq(_attr(rec, "parent_states", "record", "CheckpointRecord"), "record.parent_states")
-        check_positions(
-            _attr(rec, "completed_positions", "record", "CheckpointRecord"),
-            "record.completed_positions",
-        )
+        positions = _attr(rec, "completed_positions", "record", "CheckpointRecord")
+        check_seq(positions, "record.completed_positions")
         progress = getattr(rec, "fan_out_progress", ())
         check_seq(progress, "record.fan_out_progress")
-        if not progress:
-            return
         with self._lock:
-            before = self._seen.get(invocation_id, ())
-        seen: list[_Seen | None] = []
+            old_positions, before = self._seen.get(invocation_id, ((), ()))
+        # Positions the previous check saw, the same objects (a resume map that grows), are
+        # not checked again: only the ones after that prefix.
+        start = 0
+        if old_positions and all(map(operator.is_, positions, old_positions)):
+            start = min(len(positions), len(old_positions))
+        check_positions(positions, "record.completed_positions", start)
+        seen: list[Seen] = []
         for k, fp in enumerate(progress):
             path = f"record.fan_out_progress[{k}]"
             instances = check_fan_out_header(fp, path)
@@ -291,18 +347,20 @@ class RecordChecker:
                 raise
             if old is None or len(old.states) != len(states):
                 _check_instances(instances, None, ipath)
-            else:
-                idx = set(differing(states, old.states))
-                idx.update(differing(results, old.results))
-                idx.update(old.in_flight)
-                if idx:
-                    _check_instances(instances, sorted(idx), ipath)
-            seen.append(_Seen(instances, states, results))
+                seen.append(Seen(instances, states, results))
+                continue
+            idx = set(differing(states, old.states))
+            idx.update(differing(results, old.results))
+            idx.update(old.in_flight)
+            if idx:
+                _check_instances(instances, sorted(idx), ipath)
+            seen.append(Seen(instances, states, results, old.instances, idx))
         with self._lock:
-            self._seen[invocation_id] = tuple(seen)
+            self._seen[invocation_id] = (positions, tuple(seen))
             self._seen.move_to_end(invocation_id)
             while len(self._seen) > self._max:
                 self._seen.popitem(last=False)
+        return tuple(seen)
 
     def forget(self, invocation_id: str) -> None:
         with self._lock:

@@ -34,7 +34,7 @@ from eventlog.records import (
     lineage_from,
     position_from,
 )
-from eventlog.validate import check_instance
+from eventlog.validate import Seen, check_instance
 from eventlog.validate import differing as _differing
 
 FanOutKey = tuple[str, tuple[str, ...], tuple[Any, ...], int]
@@ -297,6 +297,7 @@ class Incoming:
     record: Any  # ours or any object with openarmature's attribute names
     state: bytes
     parent_states: bytes
+    seen: tuple[Seen, ...] = ()  # what the caller's check saw of each fan-out
 
 
 def _same_instance(a: Any, b: Any) -> bool:
@@ -340,7 +341,9 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
     correlation = rec.correlation_id
     schema = getattr(rec, "schema_version", "") or ""
     pos_from, positions = _positions_delta(head, rec.completed_positions)
-    layout, changes, slots, next_fid = _fan_out_delta(head, getattr(rec, "fan_out_progress", ()))
+    layout, changes, slots, next_fid = _fan_out_delta(
+        head, getattr(rec, "fan_out_progress", ()), inc.seen
+    )
     state: bytes | None = None
     splice: StateSplice | None = None
     if head is None:
@@ -382,30 +385,38 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
 
 
 def _changed_indices(
-    slot: Slot, new_src: Any, old_src: Any
+    slot: Slot, new_src: Any, old_src: Any, seen: Seen | None = None
 ) -> tuple[list[int], list[str], list[Any]]:
     """Indices of ``new_src`` that differ from the slot, with ``new_src``'s states and results.
 
     Against the caller's previous tuple, an instance can differ only if its state or its result
     object changed, or it is in flight (it may have gained inner positions): those candidates
     are found by comparing whole lists in C, then checked one by one. Without a previous tuple,
-    every instance is compared with the slot's own.
+    every instance is compared with the slot's own. ``seen``: what the caller's check found
+    (eventlog.validate.Seen); its lists, and its candidates when its base is ``old_src``.
     """
-    states = [x.state for x in new_src]
-    results = [x.result for x in new_src]
+    if seen is not None and seen.instances is new_src:
+        states, results = seen.states, seen.results
+    else:
+        seen = None
+        states = [x.state for x in new_src]
+        results = [x.result for x in new_src]
     if old_src is None or slot.states is None or len(slot.states) != len(states):
         base = old_src if old_src is not None else slot.instances
         diff = [i for i, inst in enumerate(new_src) if not _same_instance(inst, base[i])]
         return diff, states, results
-    candidates = set(_differing(states, slot.states))
-    candidates.update(_differing(results, slot.results))
-    candidates.update(slot.in_flight)
+    if seen is not None and seen.changed is not None and seen.base is old_src:
+        candidates = seen.changed  # the same comparison, made by the caller's check
+    else:
+        candidates = set(_differing(states, slot.states))
+        candidates.update(_differing(results, slot.results))
+        candidates.update(slot.in_flight)
     diff = sorted(i for i in candidates if not _same_instance(new_src[i], old_src[i]))
     return diff, states, results
 
 
 def _fan_out_delta(
-    head: Head | None, progress: Any
+    head: Head | None, progress: Any, seen: tuple[Seen, ...] = ()
 ) -> tuple[tuple[FanOutHeader, ...] | None, tuple[InstanceChange, ...], list[Slot] | None, int]:
     """``(layout or None, instance changes, updated slots, next fid)``; updates slots in place."""
     old_slots = head.slots if head is not None else []
@@ -432,7 +443,9 @@ def _fan_out_delta(
             old_src = slot.src
         instances = slot.instances
         fid = slot.header.fid
-        changed, states, results = _changed_indices(slot, new_src, old_src)
+        changed, states, results = _changed_indices(
+            slot, new_src, old_src, seen[k] if k < len(seen) else None
+        )
         for i in changed:
             # Checked before the save was queued (eventlog.validate); checked again here, as
             # the writer may see changes that check skipped as unchanged (another base).
