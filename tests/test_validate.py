@@ -39,6 +39,7 @@ from eventlog.integrations.techrevati import LogSaver
 from eventlog.materialized import HEADS
 from eventlog.records import (
     NOT_STARTED,
+    CheckpointFilter,
     CheckpointRecord,
     EnclosingFanOutInstance,
     FanOutInstanceProgress,
@@ -575,7 +576,7 @@ def lg_saver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LmdbSaver]:
             "writes channel",
             "task_path",
         ]
-    ),  # fmt: skip
+    ),
     bad=NOT_STR.filter(lambda v: v is not None),
     use_async=st.booleans(),
 )
@@ -601,24 +602,29 @@ def test_langgraph_rejects_wrongly_typed_values(
             bad = [bad]
         cp["channel_versions"] = {"a": bad}
     with pytest.raises(CheckpointError):
-        if where in ("writes channel", "task_path"):
-            writes = [(bad, 1)] if where == "writes channel" else [("a", 1)]
-            path = bad if where == "task_path" else ""
-            cfg = _lg_conf("t", "1")
-            if use_async:
-                asyncio.run(lg_saver.aput_writes(cfg, writes, "task", path))
-            else:
-                lg_saver.put_writes(cfg, writes, "task", path)
-        elif use_async:
-            asyncio.run(lg_saver.aput(_lg_conf("t"), cp, {}, new))
-        else:
-            lg_saver.put(_lg_conf("t"), cp, {}, new)
+        _lg_call(lg_saver, where, bad, cp, new, use_async)
     assert lg_saver.log.stats().frames == before
     assert lg_saver.log.verify().ok
     for thread in ("t", "u"):
         got = lg_saver.get_tuple(_lg_conf(thread))
-        assert got is not None and got.checkpoint["id"] == "1"
+        assert got is not None
+        assert got.checkpoint["id"] == "1"
     assert len(list(lg_saver.list(None))) == 2
+
+
+def _lg_call(saver: LmdbSaver, where: str, bad: Any, cp: Any, new: Any, use_async: bool) -> None:
+    if where in ("writes channel", "task_path"):
+        writes = [(bad, 1)] if where == "writes channel" else [("a", 1)]
+        path = bad if where == "task_path" else ""
+        cfg = _lg_conf("t", "1")
+        if use_async:
+            asyncio.run(saver.aput_writes(cfg, writes, "task", path))
+        else:
+            saver.put_writes(cfg, writes, "task", path)
+    elif use_async:
+        asyncio.run(saver.aput(_lg_conf("t"), cp, {}, new))
+    else:
+        saver.put(_lg_conf("t"), cp, {}, new)
 
 
 @pytest.fixture(scope="module")
@@ -643,33 +649,29 @@ def tr_saver() -> Iterator[LogSaver]:
             "step_key",
             "step state",
         ]
-    ),  # fmt: skip
+    ),
     bad=NOT_STR.filter(lambda v: v is not None),
 )
 def test_techrevati_rejects_wrongly_typed_values(tr_saver: LogSaver, where: str, bad: Any) -> None:
     before = tr_saver.log.stats().frames
     mapping_bad = bad if bad and not isinstance(bad, dict) else [bad]  # falsy metadata: {}
     key = bad if isinstance(bad, Hashable) else 1
+    calls: dict[str, Any] = {
+        "thread_id": lambda: tr_saver.put(bad, {"a": 2}),
+        "state": lambda: tr_saver.put("t", mapping_bad),
+        "state key": lambda: tr_saver.put("t", {key: 1}),
+        "parent_id": lambda: tr_saver.put("t", {"a": 2}, parent_id=bad),
+        "metadata": lambda: tr_saver.put("t", {"a": 2}, metadata=mapping_bad),
+        "step thread_id": lambda: tr_saver.put_step(bad, "k", {"a": 2}),
+        "step_key": lambda: tr_saver.put_step("t", bad, {"a": 2}),
+        "step state": lambda: tr_saver.put_step("t", "k", mapping_bad),
+    }
     with pytest.raises(CheckpointError):
-        if where == "thread_id":
-            tr_saver.put(bad, {"a": 2})
-        elif where == "state":
-            tr_saver.put("t", mapping_bad)
-        elif where == "state key":
-            tr_saver.put("t", {key: 1})
-        elif where == "parent_id":
-            tr_saver.put("t", {"a": 2}, parent_id=bad)
-        elif where == "metadata":
-            tr_saver.put("t", {"a": 2}, metadata=mapping_bad)
-        elif where == "step thread_id":
-            tr_saver.put_step(bad, "k", {"a": 2})
-        elif where == "step_key":
-            tr_saver.put_step("t", bad, {"a": 2})
-        else:
-            tr_saver.put_step("t", "k", mapping_bad)
+        calls[where]()
     assert tr_saver.log.stats().frames == before
     assert tr_saver.verify().ok
-    assert tr_saver.get("t") is not None and tr_saver.get("u") is not None
+    assert tr_saver.get("t") is not None
+    assert tr_saver.get("u") is not None
     assert len(tr_saver.list("t")) == 1
 
 
@@ -735,8 +737,6 @@ def test_list_skips_an_undecodable_head_row_with_a_typed_warning(
     with pytest.warns(DamagedRowSkipped, match="'inv'"):
         assert [s.invocation_id for s in lmdb_log.list()] == ["other"]
     with pytest.warns(DamagedRowSkipped):
-        from eventlog.records import CheckpointFilter  # noqa: PLC0415
-
         assert lmdb_log.list(CheckpointFilter(correlation_id="corr")) == []
     assert lmdb_log.load("other") == OTHER
     assert not lmdb_log.verify().ok  # the damage is reported, not hidden
@@ -751,8 +751,6 @@ def test_delete_of_an_invocation_whose_head_row_does_not_decode(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert [s.invocation_id for s in lmdb_log.list()] == ["other"]
-    from eventlog.records import CheckpointFilter  # noqa: PLC0415
-
     assert lmdb_log.list(CheckpointFilter(correlation_id="corr")) == []
     assert lmdb_log.load("inv") is None
     assert lmdb_log.verify().ok  # the rows are gone; the frames fold to the tombstone
