@@ -240,7 +240,7 @@ def _raises_naming(call: Any, field: str) -> None:
     assert field in str(info.value), (field, str(info.value))
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
