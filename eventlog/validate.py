@@ -240,16 +240,18 @@ class Seen:
     when its own base is ``base``, so a save does not pay for both.
     """
 
-    __slots__ = ("base", "changed", "in_flight", "instances", "results", "states")
+    __slots__ = ("base", "changed", "in_flight", "instances", "key", "results", "states")
 
     def __init__(
         self,
+        key: tuple[Any, ...],
         instances: Any,
         states: list[Any],
         results: list[Any],
         base: Any = None,
         changed: set[int] | None = None,
     ) -> None:
+        self.key = key  # (fan_out_node_name, namespace, instance_count)
         self.instances = instances
         self.states = states
         self.results = results
@@ -308,6 +310,7 @@ class RecordChecker:
         returns what was seen of each of its fan-outs (for the writer's change detection)."""
         if isinstance(rec, (dict, list, tuple, str, bytes)) or rec is None:
             fail("record", "a CheckpointRecord (or an object with its attributes)", rec)
+        _attr(rec, "state", "record", "CheckpointRecord")  # (encoded by the caller)
         check_str(
             _attr(rec, "correlation_id", "record", "CheckpointRecord"), "record.correlation_id"
         )
@@ -330,31 +333,12 @@ class RecordChecker:
         if old_positions and all(map(operator.is_, positions, old_positions)):
             start = min(len(positions), len(old_positions))
         check_positions(positions, "record.completed_positions", start)
-        seen: list[Seen] = []
-        for k, fp in enumerate(progress):
-            path = f"record.fan_out_progress[{k}]"
-            instances = check_fan_out_header(fp, path)
-            old = before[k] if k < len(before) else None
-            if old is not None and old.instances is instances:
-                seen.append(old)
-                continue
-            ipath = f"{path}.instances"
-            try:
-                states = [x.state for x in instances]
-                results = [x.result for x in instances]
-            except AttributeError:
-                _check_instances(instances, None, ipath)  # names the bad one, and raises
-                raise
-            if old is None or len(old.states) != len(states):
-                _check_instances(instances, None, ipath)
-                seen.append(Seen(instances, states, results))
-                continue
-            idx = set(differing(states, old.states))
-            idx.update(differing(results, old.results))
-            idx.update(old.in_flight)
-            if idx:
-                _check_instances(instances, sorted(idx), ipath)
-            seen.append(Seen(instances, states, results, old.instances, idx))
+        seen = [
+            self._check_fan_out(
+                fp, f"record.fan_out_progress[{k}]", before[k] if k < len(before) else None
+            )
+            for k, fp in enumerate(progress)
+        ]
         with self._lock:
             self._seen[invocation_id] = (positions, tuple(seen))
             self._seen.move_to_end(invocation_id)
@@ -362,9 +346,42 @@ class RecordChecker:
                 self._seen.popitem(last=False)
         return tuple(seen)
 
+    @staticmethod
+    def _check_fan_out(fp: Any, path: str, old: Seen | None) -> Seen:
+        """One FanOutProgress: its header, and its instances that changed since ``old``."""
+        instances = check_fan_out_header(fp, path)
+        key = (fp.fan_out_node_name, tuple(fp.namespace), len(instances))
+        if old is not None and old.key != key:
+            old = None  # another fan-out at this place: nothing of it was seen
+        if old is not None and old.instances is instances:
+            return old
+        ipath = f"{path}.instances"
+        try:
+            states = [x.state for x in instances]
+            results = [x.result for x in instances]
+        except AttributeError:
+            _check_instances(instances, None, ipath)  # names the bad one, and raises
+            raise
+        if old is None or len(old.states) != len(states):
+            _check_instances(instances, None, ipath)
+            return Seen(key, instances, states, results)
+        idx = set(differing(states, old.states))
+        idx.update(differing(results, old.results))
+        idx.update(old.in_flight)
+        if idx:
+            _check_instances(instances, sorted(idx), ipath)
+        return Seen(key, instances, states, results, old.instances, idx)
+
     def forget(self, invocation_id: str) -> None:
         with self._lock:
             self._seen.pop(invocation_id, None)
+
+
+def check_event(ev: Any) -> None:
+    """An :class:`~eventlog.frames.Event` handed to ``EventLog.append`` (its data is checked
+    when the frame is encoded: ``EncodingError`` naming the path)."""
+    check_str(ev.name, "event.name")
+    check_float(ev.at, "event.at")
 
 
 def check_instance_args(
