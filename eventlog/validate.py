@@ -248,20 +248,23 @@ class Seen:
         instances: Any,
         states: list[Any],
         results: list[Any],
-        base: Any = None,
+        base: Seen | None = None,
         changed: set[int] | None = None,
     ) -> None:
         self.key = key  # (fan_out_node_name, namespace, instance_count)
         self.instances = instances
         self.states = states
         self.results = results
-        self.base = base
+        self.base = None if base is None else base.instances
         self.changed = changed
-        self.in_flight = (
-            {i for i, s in enumerate(states) if s == "in_flight"}
-            if "in_flight" in states
-            else set()
-        )
+        # Indices in flight: from the base's and the changed ones (an instance that is in
+        # flight now either was, or changed), or, without a base, from every state.
+        self.in_flight: set[int]
+        if base is not None and changed is not None:
+            candidates: set[int] = base.in_flight | changed
+            self.in_flight = {i for i in candidates if states[i] == "in_flight"}
+        else:
+            self.in_flight = {i for i, s in enumerate(states) if s == "in_flight"}
 
 
 _LINEAR_BELOW: Final = 32  # ranges this short are compared item by item
@@ -370,7 +373,7 @@ class RecordChecker:
         idx.update(old.in_flight)
         if idx:
             _check_instances(instances, sorted(idx), ipath)
-        return Seen(key, instances, states, results, old.instances, idx)
+        return Seen(key, instances, states, results, old, idx)
 
     def forget(self, invocation_id: str) -> None:
         with self._lock:
