@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from eventlog.errors import CheckpointError
+from eventlog.errors import CheckpointError, InvalidRecord
 from eventlog.records import (
     CheckpointFilter,
     CheckpointRecord,
@@ -38,6 +38,7 @@ __all__ = [
     "FanOutInternalSaveBatching",
     "FanOutProgress",
     "HistoryEntry",
+    "InvalidRecord",
     "NodePosition",
 ]
 

@@ -29,14 +29,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import struct
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Final
 
+import msgspec
+
 from backends.base import Backend, Durability, WriteTxn
 from eventlog.codec import encode_value
-from eventlog.errors import InvalidRecord, InvalidStreamKey
+from eventlog.errors import DamagedRowSkipped, InvalidRecord, InvalidStreamKey
 from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, InstanceChange, Save, Tombstone
 from eventlog.log import Appended, DeferredFrame, EventLog, Stats, VerifyReport, stream_key_bytes
 from eventlog.materialized import (
@@ -66,6 +70,7 @@ from eventlog.records import (
     instance_from,
     lineage_from,
 )
+from eventlog.validate import RecordChecker, check_instance_args, fail
 from projections.records import Head, Incoming, apply_inplace, delta, snapshot, to_record
 
 if TYPE_CHECKING:
@@ -86,6 +91,7 @@ class _TooBig:
 TOO_BIG: Final = _TooBig()
 
 U64_LEN = 8
+U64_KEY: Final = struct.Struct(">Q")
 
 
 class _HeadFrame(DeferredFrame):
@@ -206,22 +212,26 @@ class _InstanceSave(_HeadFrame):
 
 
 class _Delete(DeferredFrame):
-    __slots__ = ("owner", "row", "saved_at")
+    __slots__ = ("damaged", "owner", "row", "saved_at")
 
     def __init__(self, owner: CheckpointLog, saved_at: float) -> None:
         self.owner = owner
         self.saved_at = saved_at
         self.row: HeadRow | None = None
+        self.damaged = False
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Tombstone | None:
         self.owner._sids[stream] = sid
-        self.row = read_row(txn, sid)
-        if self.row is None:
+        try:
+            self.row = read_row(txn, sid)
+        except msgspec.DecodeError:
+            self.damaged = True  # an undecodable head row: delete must still work
+        if self.row is None and not self.damaged:
             return None  # nothing saved (or already deleted): a no-op, nothing logged
         return Tombstone(saved_at=self.saved_at)
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
-        assert self.row is not None
+        assert self.row is not None or self.damaged
         delete_rows(txn, self.owner._sid_of(done), self.row)
         self.owner._cache_drop(done.stream)
 
@@ -266,6 +276,7 @@ class CheckpointLog:
         self._cache: collections.OrderedDict[str, Head] = collections.OrderedDict()
         self._touched: set[str] = set()
         self._sids: dict[str, int] = {}
+        self._checker = RecordChecker(HEAD_CACHE_MAX)  # caller threads (thread-safe)
         log.txn_hooks = _Hooks(self)
 
     @classmethod
@@ -328,22 +339,21 @@ class CheckpointLog:
         if not isinstance(invocation_id, str) or not invocation_id:
             raise InvalidStreamKey(f"invocation_id must be a non-empty str, got {invocation_id!r}")
         stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
+        if record is None or isinstance(record, (dict, list, tuple, str, bytes)):
+            fail("record", "a CheckpointRecord (or an object with its attributes)", record)
         rec_id = getattr(record, "invocation_id", None)
         if rec_id != invocation_id:
             raise InvalidRecord(
                 f"record.invocation_id is {rec_id!r} but the save is for {invocation_id!r}; "
                 "pass the record under its own invocation id"
             )
-        correlation = getattr(record, "correlation_id", None)
-        if not isinstance(correlation, str):
-            raise InvalidRecord(
-                f"record.correlation_id must be a str, got {type(correlation).__name__}"
-            )
+        seen = self._checker.check(invocation_id, record)  # every other field, strictly, by type
         return Incoming(
             kind=kind,
             record=record,
             state=encode_value(record.state, "state"),
             parent_states=encode_value(tuple(record.parent_states), "parent_states"),
+            seen=seen,
         )
 
     def save(self, invocation_id: str, record: Any) -> None:
@@ -398,8 +408,8 @@ class CheckpointLog:
         saved_at: float | None,
     ) -> _InstanceSave:
         stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
+        check_instance_args(fan_out_node_name, index, progress, namespace, lineage, saved_at)
         conv = instance_from(progress)
-        encode_value(conv.result, f"instances[{index}].result")
         return _InstanceSave(
             self,
             (fan_out_node_name, tuple(namespace), lineage_from(lineage)),
@@ -478,18 +488,43 @@ class CheckpointLog:
         return to_record(head)
 
     def list(self, filter: CheckpointFilter | None = None) -> list[CheckpointSummary]:
-        """Summaries of saved invocations (by correlation id through its index), oldest first."""
+        """Summaries of saved invocations (by correlation id through its index), oldest first.
+
+        An invocation whose head row does not decode (an older version's bug, bit rot) is
+        skipped with a :class:`~eventlog.errors.DamagedRowSkipped` warning naming it: one
+        damaged invocation never hides the others. ``verify()`` reports it; ``delete()`` works.
+        """
         rows: list[HeadRow] = []
+        damaged: list[int] = []
         with self.log.backend.read() as txn:
             corr = filter.correlation_id if filter is not None else None
+            raws: Iterable[tuple[int, bytes | None]]
             if corr is None:
-                rows = [decode_row(v) for _, v in txn.scan(HEADS)]
+                raws = ((int.from_bytes(k, "big"), v) for k, v in txn.scan(HEADS))
             else:
-                for key, _ in txn.scan_prefix(BY_CORRELATION, corr_prefix(corr)):
-                    sid = int.from_bytes(key[-U64_LEN:], "big")
-                    row = read_row(txn, sid)
-                    if row is not None:
-                        rows.append(row)
+                raws = (
+                    (sid, txn.get(HEADS, U64_KEY.pack(sid)))
+                    for sid in (
+                        int.from_bytes(key[-U64_LEN:], "big")
+                        for key, _ in txn.scan_prefix(BY_CORRELATION, corr_prefix(corr))
+                    )
+                )
+            for sid, raw in raws:
+                if raw is None:
+                    continue
+                try:
+                    rows.append(decode_row(raw))
+                except msgspec.DecodeError:
+                    damaged.append(sid)
+            names = [self.log._name(txn, sid) for sid in damaged]
+        for name in names:
+            warnings.warn(
+                f"list() skipped invocation {name!r}: its head row does not decode (written "
+                "by an older version, or damaged); run verify() for details, delete() it or "
+                "restore the log from a backup",
+                DamagedRowSkipped,
+                stacklevel=2,
+            )
         rows.sort(key=lambda r: (r.last_saved_at, r.invocation_id))
         return [summary(r) for r in rows]
 

@@ -33,7 +33,20 @@ class EncodingError(CheckpointError, TypeError):
 
 
 class InvalidRecord(CheckpointError, ValueError):
-    """A record handed to a save is inconsistent with the call (e.g. mismatched ids)."""
+    """A record, or an argument, handed to a save does not fit the log's typed schema (a field
+    of the wrong type, e.g. ``record.completed_positions[0].step`` a str) or is inconsistent
+    with the call (mismatched ids). Raised before anything is queued: nothing is written."""
+
+
+class InvalidType(InvalidRecord, TypeError):
+    """An :class:`InvalidRecord` that is also a ``TypeError``: raised where the API this log
+    stands in for raises ``TypeError`` (techrevati's and apflow's savers)."""
+
+
+class DamagedRowSkipped(CheckpointError, RuntimeWarning):
+    """A warning: ``list()`` skipped an invocation whose head row does not decode (written by
+    an older version, or bit rot). The other invocations are listed; ``verify()`` reports the
+    damage, and ``delete()`` of the damaged invocation still works."""
 
 
 class LogClosed(CheckpointError, RuntimeError):

@@ -69,7 +69,8 @@ from eventlog.errors import (
     UnsupportedFormat,
     WriterFailed,
 )
-from eventlog.frames import Frame
+from eventlog.frames import Event, Frame
+from eventlog.validate import check_event
 
 LOG: Final = "log"
 STREAMS: Final = "streams"
@@ -397,6 +398,8 @@ class EventLog:
     def _make_item(self, stream: str, frame: Any, expect_seq: int | None, effect: Any) -> _Item:
         if stream not in self._ids:  # a stream that has an id was validated already
             stream_key_bytes(stream, self._max_key)
+        if frame.__class__ is Event:  # an application event: its fields are the caller's
+            check_event(frame)
         return _Item(stream, frame, expect_seq, effect)
 
     def _enqueue(self, items: Sequence[_Item], *, durable: bool, lead: bool = False) -> None:

@@ -196,12 +196,20 @@ def last_snapshot_at_or_before(txn: ReadTxn, sid: int, seq: int) -> int:
     return 1
 
 
-def delete_rows(txn: WriteTxn, sid: int, row: HeadRow) -> None:
-    """Remove every materialized row of a stream (its frames stay in the log)."""
+def delete_rows(txn: WriteTxn, sid: int, row: HeadRow | None) -> None:
+    """Remove every materialized row of a stream (its frames stay in the log). ``row`` None:
+    the head row does not decode, so the correlation index is searched for the stream's key
+    (O(invocations), only for a damaged row)."""
     k = U64.pack(sid)
     txn.delete_prefix(POSITIONS, k)
     txn.delete_prefix(FANOUT, k)
     txn.delete(BODIES, k + b"s")
     txn.delete(BODIES, k + b"p")
-    txn.delete(BY_CORRELATION, corr_key(row.correlation_id, sid))
+    if row is not None:
+        txn.delete(BY_CORRELATION, corr_key(row.correlation_id, sid))
+    else:
+        stale = [key for key, _ in txn.scan(BY_CORRELATION) if key.endswith(k)]
+        for key in stale:
+            if U16.unpack_from(key)[0] + 2 + len(k) == len(key):
+                txn.delete(BY_CORRELATION, key)
     txn.delete(HEADS, k)

@@ -34,6 +34,8 @@ from eventlog.records import (
     lineage_from,
     position_from,
 )
+from eventlog.validate import Seen, check_instance
+from eventlog.validate import differing as _differing
 
 FanOutKey = tuple[str, tuple[str, ...], tuple[Any, ...], int]
 
@@ -295,6 +297,7 @@ class Incoming:
     record: Any  # ours or any object with openarmature's attribute names
     state: bytes
     parent_states: bytes
+    seen: tuple[Seen, ...] = ()  # what the caller's check saw of each fan-out
 
 
 def _same_instance(a: Any, b: Any) -> bool:
@@ -338,7 +341,9 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
     correlation = rec.correlation_id
     schema = getattr(rec, "schema_version", "") or ""
     pos_from, positions = _positions_delta(head, rec.completed_positions)
-    layout, changes, slots, next_fid = _fan_out_delta(head, getattr(rec, "fan_out_progress", ()))
+    layout, changes, slots, next_fid = _fan_out_delta(
+        head, getattr(rec, "fan_out_progress", ()), inc.seen
+    )
     state: bytes | None = None
     splice: StateSplice | None = None
     if head is None:
@@ -380,58 +385,38 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
 
 
 def _changed_indices(
-    slot: Slot, new_src: Any, old_src: Any
+    slot: Slot, new_src: Any, old_src: Any, seen: Seen | None = None
 ) -> tuple[list[int], list[str], list[Any]]:
     """Indices of ``new_src`` that differ from the slot, with ``new_src``'s states and results.
 
     Against the caller's previous tuple, an instance can differ only if its state or its result
     object changed, or it is in flight (it may have gained inner positions): those candidates
     are found by comparing whole lists in C, then checked one by one. Without a previous tuple,
-    every instance is compared with the slot's own.
+    every instance is compared with the slot's own. ``seen``: what the caller's check found
+    (eventlog.validate.Seen); its lists, and its candidates when its base is ``old_src``.
     """
-    states = [x.state for x in new_src]
-    results = [x.result for x in new_src]
+    if seen is not None and seen.instances is new_src:
+        states, results = seen.states, seen.results
+    else:
+        seen = None
+        states = [x.state for x in new_src]
+        results = [x.result for x in new_src]
     if old_src is None or slot.states is None or len(slot.states) != len(states):
         base = old_src if old_src is not None else slot.instances
         diff = [i for i, inst in enumerate(new_src) if not _same_instance(inst, base[i])]
         return diff, states, results
-    candidates = set(_differing(states, slot.states))
-    candidates.update(_differing(results, slot.results))
-    candidates.update(slot.in_flight)
+    if seen is not None and seen.changed is not None and seen.base is old_src:
+        candidates = seen.changed  # the same comparison, made by the caller's check
+    else:
+        candidates = set(_differing(states, slot.states))
+        candidates.update(_differing(results, slot.results))
+        candidates.update(slot.in_flight)
     diff = sorted(i for i in candidates if not _same_instance(new_src[i], old_src[i]))
     return diff, states, results
 
 
-_LINEAR_BELOW = 32  # ranges this short are compared item by item
-
-
-def _differing(new: list[Any], old: list[Any]) -> list[int]:
-    """Indices where ``new[i] != old[i]`` (lists of one length), in ascending order.
-
-    Whole ranges are compared in C (list equality checks identity first, so unchanged
-    instances cost a pointer compare) and only unequal ranges are halved: a save that changes
-    k of N instances costs O(N) pointer compares plus O(k log N) range compares, not N Python
-    steps.
-    """
-    if new == old:
-        return []
-    out: list[int] = []
-    todo = [(0, len(new))]
-    while todo:
-        lo, hi = todo.pop()
-        if hi - lo <= _LINEAR_BELOW:
-            out.extend(i for i in range(lo, hi) if new[i] != old[i])
-            continue
-        mid = (lo + hi) // 2
-        if new[mid:hi] != old[mid:hi]:
-            todo.append((mid, hi))
-        if new[lo:mid] != old[lo:mid]:
-            todo.append((lo, mid))
-    return out
-
-
 def _fan_out_delta(
-    head: Head | None, progress: Any
+    head: Head | None, progress: Any, seen: tuple[Seen, ...] = ()
 ) -> tuple[tuple[FanOutHeader, ...] | None, tuple[InstanceChange, ...], list[Slot] | None, int]:
     """``(layout or None, instance changes, updated slots, next fid)``; updates slots in place."""
     old_slots = head.slots if head is not None else []
@@ -441,7 +426,7 @@ def _fan_out_delta(
     by_key = {s.key: s for s in old_slots}
     changes: list[InstanceChange] = []
     slots: list[Slot] = []
-    for fp in progress:
+    for k, fp in enumerate(progress):
         lineage = lineage_from(getattr(fp, "enclosing_fan_out_lineage", ()))
         key = (fp.fan_out_node_name, tuple(fp.namespace), lineage, fp.instance_count)
         slot = by_key.pop(key, None)
@@ -458,8 +443,13 @@ def _fan_out_delta(
             old_src = slot.src
         instances = slot.instances
         fid = slot.header.fid
-        changed, states, results = _changed_indices(slot, new_src, old_src)
+        changed, states, results = _changed_indices(
+            slot, new_src, old_src, seen[k] if k < len(seen) else None
+        )
         for i in changed:
+            # Checked before the save was queued (eventlog.validate); checked again here, as
+            # the writer may see changes that check skipped as unchanged (another base).
+            check_instance(new_src[i], f"record.fan_out_progress[{k}].instances[{i}]", False)
             conv = instance_from(new_src[i])
             if conv != instances[i]:
                 instances[i] = conv

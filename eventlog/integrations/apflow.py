@@ -45,7 +45,13 @@ from typing import Any, Final
 import msgspec
 
 from backends.base import Backend, Durability, WriteTxn
-from eventlog.errors import CheckpointError, CorruptFrame, InvalidStreamKey
+from eventlog.errors import (
+    CheckpointError,
+    CorruptFrame,
+    InvalidRecord,
+    InvalidStreamKey,
+    InvalidType,
+)
 from eventlog.frames import Event
 from eventlog.log import (
     Appended,
@@ -55,6 +61,7 @@ from eventlog.log import (
     VerifyReport,
     stream_key_bytes,
 )
+from eventlog.validate import is_int
 
 __all__ = ["TABLE", "TABLES", "LogCheckpointManager", "SavedAttempt", "install_in_task_executor"]
 
@@ -109,7 +116,7 @@ _head_dec = msgspec.msgpack.Decoder(_Head)
 
 def _check_task_id(task_id: Any) -> str:
     if not task_id:
-        raise ValueError("task_id must be non-empty")  # apflow's message
+        raise InvalidRecord("task_id must be non-empty")  # apflow's message (a ValueError)
     if not isinstance(task_id, str):
         raise InvalidStreamKey(
             f"task_id must be a str, got {type(task_id).__name__}; apflow task ids are strings"
@@ -246,15 +253,17 @@ class LogCheckpointManager:
         """
         task_id = _check_task_id(task_id)
         if not isinstance(data, dict):
-            raise TypeError(f"data must be a dict, got {type(data)}")
+            raise InvalidType(f"data must be a dict, got {type(data)}")
         try:
             serialized = json.dumps(data)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"Checkpoint data is not JSON-serializable: {e}") from e
+            raise InvalidRecord(f"Checkpoint data is not JSON-serializable: {e}") from e
         if step_name is not None and not isinstance(step_name, str):
-            raise TypeError(f"step_name must be a str or None, got {type(step_name).__name__}")
-        if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int)):
-            raise TypeError(f"attempt must be an int or None, got {type(attempt).__name__}")
+            raise InvalidType(f"step_name must be a str or None, got {type(step_name).__name__}")
+        if attempt is not None and not is_int(attempt):
+            if isinstance(attempt, int) and not isinstance(attempt, bool):
+                raise InvalidRecord(f"attempt must fit in 64 bits, got {attempt}")
+            raise InvalidType(f"attempt must be an int or None, got {type(attempt).__name__}")
         stream = STREAM_PREFIX + task_id
         stream_key_bytes(stream, self._max_key)
         checkpoint_id = str(uuid.uuid4())

@@ -88,6 +88,7 @@ from eventlog.integrations.langgraph_store import (
     write_rows,
 )
 from eventlog.log import Appended, EventLog, Stats, VerifyReport, stream_key_bytes
+from eventlog.validate import is_int
 from projections.langgraph import CkptRow, compaction_plan
 
 LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
@@ -121,10 +122,28 @@ def _ids(config: RunnableConfig | None, what: str) -> tuple[str, str, str | None
     return str(tid), str(ns), None if cid is None else str(cid)
 
 
+def _check_str(value: Any, where: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidCheckpoint(
+            f"{where} must be a str, got {type(value).__name__} {value!r}; nothing was saved"
+        )
+
+
+def _check_versions(versions: Mapping[str, Any], where: str) -> None:
+    """``new_versions``: str channels, plain versions (stored as typed as they are)."""
+    for channel, version in versions.items():
+        _check_str(channel, f"{where} key {channel!r}")
+        if not (isinstance(version, (str, float)) or is_int(version)):
+            raise InvalidCheckpoint(
+                f"{where}[{channel!r}] is a {type(version).__name__} ({version!r}); LangGraph "
+                "versions are str, int or float: use the saver's get_next_version"
+            )
+
+
 def _plain_versions(versions: Mapping[str, Any]) -> dict[str, str | int | float]:
     out: dict[str, str | int | float] = {}
     for channel, version in versions.items():
-        if type(version) not in (str, int, float):
+        if type(version) not in (str, int, float) or (type(version) is int and not is_int(version)):
             raise InvalidCheckpoint(
                 f"channel_versions[{channel!r}] is a {type(version).__name__} "
                 f"({version!r}); LangGraph versions are str, int or float: use the saver's "
@@ -251,6 +270,8 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}
         versions = _plain_versions(body.pop("channel_versions", None) or {})
+        _check_str(checkpoint["id"], "checkpoint['id']")
+        _check_versions(new_versions, "new_versions")
         pending = [
             plan_blob(self._memos, stream, channel, version, values, serde, self.identity_appends)
             for channel, version in new_versions.items()
@@ -321,8 +342,11 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         stream = stream_key(tid, ns)
         stream_key_bytes(stream, self.log.backend.max_key_bytes)
         serde = self.serde
+        if task_path is not None:
+            _check_str(task_path, "task_path")
         by_idx: dict[int, LgWrite] = {}  # special channels: the last write of a call wins
         for i, (channel, value) in enumerate(writes):
+            _check_str(channel, f"writes[{i}] channel")
             idx = WRITES_IDX_MAP.get(channel, i)
             typ, data = serde.dumps_typed(value)
             by_idx[idx] = LgWrite(idx, channel, typ, data)

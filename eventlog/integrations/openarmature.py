@@ -213,7 +213,10 @@ class StateTypes:
 
     def remember(self, invocation_id: str, record: Any) -> None:
         """Note the state classes of a record being saved (outermost first)."""
-        chain = (*record.parent_states, record.state)
+        parents = getattr(record, "parent_states", None)
+        if not isinstance(parents, (tuple, list)):
+            return  # not a record: the save rejects it (eventlog.validate)
+        chain = (*parents, getattr(record, "state", None))
         classes = tuple(type(s) if isinstance(s, BaseModel) else None for s in chain)
         for depth, cls in enumerate(classes):
             if cls is not None and (depth, cls) not in self._known:

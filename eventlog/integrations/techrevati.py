@@ -47,7 +47,7 @@ import msgspec
 from techrevati.runtime import Checkpoint, StepRecord
 
 from backends.base import Backend, Durability, WriteTxn
-from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.errors import CheckpointError, CorruptFrame, InvalidRecord, InvalidType
 from eventlog.frames import Event
 from eventlog.log import (
     Appended,
@@ -125,9 +125,9 @@ _head_dec = msgspec.msgpack.Decoder(_Head)
 
 def _non_empty(field_name: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"{field_name} must be a string")
+        raise InvalidType(f"{field_name} must be a string")
     if not value.strip():
-        raise ValueError(f"{field_name} must not be empty")
+        raise InvalidRecord(f"{field_name} must not be empty")
     return value
 
 
@@ -144,15 +144,15 @@ def _limit(value: Any) -> int:
 def _json_text(field_name: str, value: Any) -> bytes:
     """The JSON text upstream stores for a state or metadata mapping, as UTF-8 bytes."""
     if not isinstance(value, Mapping):
-        raise TypeError(f"{field_name} must be a mapping")
+        raise InvalidType(f"{field_name} must be a mapping")
     copied = dict(value)
     for key in copied:
         if not isinstance(key, str):
-            raise TypeError(f"{field_name} keys must be strings")
+            raise InvalidType(f"{field_name} keys must be strings")
     try:
         text = json.dumps(copied, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{field_name} must be JSON-serializable") from exc
+        raise InvalidType(f"{field_name} must be JSON-serializable") from exc
     return text.encode("utf-8", "surrogatepass")
 
 

@@ -1,0 +1,408 @@
+"""Strict validation of what a save hands to the log, before anything is queued.
+
+msgspec Structs (and openarmature's dataclasses) do not check field types when built in
+Python, while the log's decoders do: a wrongly typed field that reached a frame or a row would
+be acknowledged and then fail every later read. So every save entry point checks its record,
+instances, positions and arguments here, by type, as the typed decoders will check them, and
+raises :class:`~eventlog.errors.InvalidRecord` naming the field path (``record.
+fan_out_progress[0].instances[2].state``), what was expected and what was found.
+
+What the decoders accept: ``str`` (and subclasses) for str fields; ``int`` (not ``bool``,
+within int64) for int fields; ``int`` or ``float`` (not ``bool``) for float
+fields; a ``tuple`` or ``list`` for sequences (both encode as one msgpack array); states and
+results must encode structurally (:func:`eventlog.codec.encode_value`).
+
+Cost: O(fields) per record, except fan-out instances, checked incrementally by
+:class:`RecordChecker`: an instance whose ``state`` and ``result`` are those of the same index
+in the invocation's previously checked record (and that was not in flight) is, by the fan-out
+contract (instances only move not_started -> in_flight -> completed), the instance checked
+then; the writer skips it as unchanged too (projections.records), and checks again, strictly,
+any instance it does write (:func:`check_instance`).
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+import reprlib
+import threading
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, NoReturn
+
+import msgspec
+
+from eventlog.codec import encode_value
+from eventlog.errors import EncodingError, InvalidRecord
+
+STATES: Final = frozenset(("completed", "in_flight", "not_started"))
+_INT_MIN: Final = -(2**63)
+_INT_END: Final = 2**63  # int64: what every int field holds (msgpack itself goes to 2**64)
+Int = Annotated[int, msgspec.Meta(ge=_INT_MIN, le=_INT_END - 1)]
+_SEQ: Final = (tuple, list)
+_repr = reprlib.Repr()
+_repr.maxstring = 40
+_repr.maxother = 40
+
+
+def _found(value: Any) -> str:
+    return f"{type(value).__name__} {_repr.repr(value)}"
+
+
+def fail(path: str, expected: str, value: Any) -> NoReturn:
+    raise InvalidRecord(
+        f"{path} must be {expected}, got {_found(value)}; nothing was saved: fix the value "
+        "(the log's decoders accept only the declared types)"
+    )
+
+
+def is_int(v: Any) -> bool:
+    t = type(v)
+    if t is not int and (t is bool or not isinstance(v, int)):
+        return False
+    return bool(_INT_MIN <= v < _INT_END)
+
+
+def is_float(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return True
+    if t is bool or not isinstance(v, (int, float)):
+        return False
+    return isinstance(v, float) or _INT_MIN <= v < _INT_END
+
+
+def check_str(v: Any, path: str) -> None:
+    if type(v) is not str and not isinstance(v, str):
+        fail(path, "a str", v)
+
+
+def check_int(v: Any, path: str) -> None:
+    if not is_int(v):
+        fail(path, "an int (not a bool) in [-2**63, 2**63)", v)
+
+
+def check_float(v: Any, path: str) -> None:
+    if not is_float(v):
+        fail(path, "a float or int (not a bool, a datetime, a Decimal or a str)", v)
+
+
+def check_seq(v: Any, path: str) -> None:
+    if type(v) not in _SEQ:
+        fail(path, "a tuple (or list)", v)
+
+
+def check_strs(v: Any, path: str) -> None:
+    """A tuple of str (a namespace)."""
+    check_seq(v, path)
+    for i, s in enumerate(v):
+        if type(s) is not str:
+            check_str(s, f"{path}[{i}]")
+
+
+def _attr(obj: Any, name: str, path: str, kind: str) -> Any:
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        fail(path, f"a {kind} (an object with attribute {name!r})", obj)
+
+
+def check_position(p: Any, path: str) -> None:
+    """A NodePosition, ours or any object with its attribute names."""
+    ns = _attr(p, "namespace", path, "NodePosition")
+    if ns.__class__ is not tuple or ns:
+        check_strs(ns, f"{path}.namespace")
+    name = _attr(p, "node_name", path, "NodePosition")
+    if type(name) is not str:
+        check_str(name, f"{path}.node_name")
+    step = _attr(p, "step", path, "NodePosition")
+    if type(step) is not int or not _INT_MIN <= step < _INT_END:
+        check_int(step, f"{path}.step")
+    attempt = getattr(p, "attempt_index", 0)
+    if type(attempt) is not int or not _INT_MIN <= attempt < _INT_END:
+        check_int(attempt, f"{path}.attempt_index")
+    index = getattr(p, "fan_out_index", None)
+    if index is not None and not is_int(index):
+        fail(f"{path}.fan_out_index", "None or an int (not a bool)", index)
+
+
+class _Position(msgspec.Struct):
+    """NodePosition's fields as the decoder types them (read from attributes by convert)."""
+
+    namespace: tuple[str, ...]
+    node_name: str
+    step: Int
+    attempt_index: Int = 0
+    fan_out_index: Int | None = None
+
+
+_POSITIONS: Final = tuple[_Position, ...]
+
+
+def check_positions(ps: Any, path: str, start: int = 0) -> None:
+    """A tuple of NodePosition (from index ``start``): one ``msgspec.convert`` (in C) when all
+    are valid, else the checks of :func:`check_position` name the first bad one."""
+    check_seq(ps, path)
+    if len(ps) <= start:
+        return
+    try:
+        msgspec.convert(ps[start:] if start else ps, _POSITIONS, from_attributes=True, strict=True)
+    except msgspec.ValidationError as e:
+        error: msgspec.ValidationError | None = e
+    else:
+        error = None
+        if not any(issubclass(t, Mapping) for t in set(map(type, ps))):
+            return  # (convert also takes a mapping for a Struct; the writer does not)
+    for i in range(start, len(ps)):
+        check_position(ps[i], f"{path}[{i}]")
+    msg, _, where = str(error).partition(" - at `$")
+    if start:
+        msg += f" (index counted from {start})"
+    fail(f"{path}{where.rstrip('`')}", f"as declared ({msg})", ps)
+
+
+def check_lineage(objs: Any, path: str) -> None:
+    check_seq(objs, path)
+    for i, o in enumerate(objs):
+        p = f"{path}[{i}]"
+        check_strs(_attr(o, "namespace", p, "EnclosingFanOutInstance"), f"{p}.namespace")
+        check_str(
+            _attr(o, "fan_out_node_name", p, "EnclosingFanOutInstance"), f"{p}.fan_out_node_name"
+        )
+        check_int(_attr(o, "fan_out_index", p, "EnclosingFanOutInstance"), f"{p}.fan_out_index")
+
+
+def check_result(result: Any, path: str) -> None:
+    encode_value(result, path)  # EncodingError naming the path
+
+
+def check_instance(x: Any, path: str, result: bool = True) -> None:
+    """A FanOutInstanceProgress, ours or any object with its attribute names (its result
+    only when ``result``: the writer leaves that to the frame's encoder)."""
+    state = _attr(x, "state", path, "FanOutInstanceProgress")
+    if not isinstance(state, str) or state not in STATES:
+        fail(f"{path}.state", "one of 'completed', 'in_flight', 'not_started'", state)
+    err = getattr(x, "result_is_error", False)
+    if err is not True and err is not False:
+        fail(f"{path}.result_is_error", "a bool", err)
+    inner = getattr(x, "completed_inner_positions", ())
+    if inner.__class__ is not tuple or inner:
+        check_positions(inner, f"{path}.completed_inner_positions")
+    if result:
+        check_result(getattr(x, "result", None), f"{path}.result")
+
+
+def _check_instances(instances: Any, idx: list[int] | None, path: str) -> None:
+    """Check ``instances[i]`` for ``i`` in ``idx`` (all when None), fast when all are valid:
+    one pass per field and one encode of all results; the slow path names the first bad one."""
+    sub = list(instances) if idx is None else [instances[i] for i in idx]
+    at = range(len(sub)) if idx is None else idx
+    try:
+        states = {x.state for x in sub}
+        errs = {x.result_is_error.__class__ for x in sub}
+        inner = [(j, x.completed_inner_positions) for j, x in enumerate(sub)]
+        ok = states <= STATES and errs <= {bool} and all(s.__class__ is str for s in states)
+        if ok:
+            encode_value([x.result for x in sub])
+    except (AttributeError, TypeError, EncodingError):
+        ok = False
+    if ok:
+        for j, ps in inner:
+            if ps.__class__ is not tuple or ps:
+                check_positions(ps, f"{path}[{at[j]}].completed_inner_positions")
+        return
+    for j, x in enumerate(sub):
+        check_instance(x, f"{path}[{at[j]}]")
+    fail(path, "a tuple of FanOutInstanceProgress", instances)  # not reached: one failed
+
+
+def check_fan_out_header(fp: Any, path: str) -> Any:
+    """Everything of a FanOutProgress but its instances' contents; returns the instances."""
+    check_str(_attr(fp, "fan_out_node_name", path, "FanOutProgress"), f"{path}.fan_out_node_name")
+    check_strs(_attr(fp, "namespace", path, "FanOutProgress"), f"{path}.namespace")
+    count = _attr(fp, "instance_count", path, "FanOutProgress")
+    check_int(count, f"{path}.instance_count")
+    instances = _attr(fp, "instances", path, "FanOutProgress")
+    check_seq(instances, f"{path}.instances")
+    if count != len(instances):
+        raise InvalidRecord(
+            f"{path}.instance_count is {count} but {path}.instances holds {len(instances)}; "
+            "nothing was saved: list one progress entry per instance (not_started included)"
+        )
+    check_lineage(getattr(fp, "enclosing_fan_out_lineage", ()), f"{path}.enclosing_fan_out_lineage")
+    return instances
+
+
+class Seen:
+    """What was checked of one fan-out: its instances tuple, their states and results, and
+    (``base``, ``changed``) the previously checked tuple and the candidate changes against it.
+
+    The writer's change detection (projections.records) reuses these lists, and ``changed``
+    when its own base is ``base``, so a save does not pay for both.
+    """
+
+    __slots__ = ("base", "changed", "in_flight", "instances", "key", "results", "states")
+
+    def __init__(
+        self,
+        key: tuple[Any, ...],
+        instances: Any,
+        states: list[Any],
+        results: list[Any],
+        base: Seen | None = None,
+        changed: set[int] | None = None,
+    ) -> None:
+        self.key = key  # (fan_out_node_name, namespace, instance_count)
+        self.instances = instances
+        self.states = states
+        self.results = results
+        self.base = None if base is None else base.instances
+        self.changed = changed
+        # Indices in flight: from the base's and the changed ones (an instance that is in
+        # flight now either was, or changed), or, without a base, from every state.
+        self.in_flight: set[int]
+        if base is not None and changed is not None:
+            candidates: set[int] = base.in_flight | changed
+            self.in_flight = {i for i in candidates if states[i] == "in_flight"}
+        else:
+            self.in_flight = {i for i, s in enumerate(states) if s == "in_flight"}
+
+
+_LINEAR_BELOW: Final = 32  # ranges this short are compared item by item
+
+
+def differing(new: list[Any], old: list[Any]) -> list[int]:
+    """Indices where ``new[i] != old[i]`` (lists of one length), in ascending order.
+
+    Whole ranges are compared in C (list equality checks identity first, so unchanged
+    instances cost a pointer compare) and only unequal ranges are halved: k changes of N cost
+    O(N) pointer compares plus O(k log N) range compares, not N Python steps. Shared with the
+    writer's change detection (projections.records).
+    """
+    if new == old:
+        return []
+    out: list[int] = []
+    todo = [(0, len(new))]
+    while todo:
+        lo, hi = todo.pop()
+        if hi - lo <= _LINEAR_BELOW:
+            out.extend(i for i in range(lo, hi) if new[i] != old[i])
+            continue
+        mid = (lo + hi) // 2
+        if new[mid:hi] != old[mid:hi]:
+            todo.append((mid, hi))
+        if new[lo:mid] != old[lo:mid]:
+            todo.append((lo, mid))
+    return out
+
+
+class RecordChecker:
+    """Checks records before they are queued, remembering per invocation (the most recent
+    ``entries_max``) the fan-out instances it checked, so that a save of a wide fan-out checks
+    only the instances that changed (see the module docstring). Thread-safe."""
+
+    def __init__(self, entries_max: int) -> None:
+        # invocation id -> (its last checked completed_positions, what was seen of its fan-outs)
+        self._seen: collections.OrderedDict[str, tuple[Any, tuple[Seen, ...]]] = (
+            collections.OrderedDict()
+        )
+        self._max = entries_max
+        self._lock = threading.Lock()
+
+    def check(self, invocation_id: str, rec: Any) -> tuple[Seen, ...]:
+        """Check every field of ``rec`` (state and parent states are encoded by the caller);
+        returns what was seen of each of its fan-outs (for the writer's change detection)."""
+        if isinstance(rec, (dict, list, tuple, str, bytes)) or rec is None:
+            fail("record", "a CheckpointRecord (or an object with its attributes)", rec)
+        _attr(rec, "state", "record", "CheckpointRecord")  # (encoded by the caller)
+        check_str(
+            _attr(rec, "correlation_id", "record", "CheckpointRecord"), "record.correlation_id"
+        )
+        schema = getattr(rec, "schema_version", "")
+        if type(schema) is not str:
+            check_str(schema, "record.schema_version")
+        check_float(
+            _attr(rec, "last_saved_at", "record", "CheckpointRecord"), "record.last_saved_at"
+        )
+        check_seq(_attr(rec, "parent_states", "record", "CheckpointRecord"), "record.parent_states")
+        positions = _attr(rec, "completed_positions", "record", "CheckpointRecord")
+        check_seq(positions, "record.completed_positions")
+        progress = getattr(rec, "fan_out_progress", ())
+        check_seq(progress, "record.fan_out_progress")
+        with self._lock:
+            old_positions, before = self._seen.get(invocation_id, ((), ()))
+        # Positions the previous check saw, the same objects (a resume map that grows), are
+        # not checked again: only the ones after that prefix.
+        start = 0
+        if old_positions and all(map(operator.is_, positions, old_positions)):
+            start = min(len(positions), len(old_positions))
+        check_positions(positions, "record.completed_positions", start)
+        seen = [
+            self._check_fan_out(
+                fp, f"record.fan_out_progress[{k}]", before[k] if k < len(before) else None
+            )
+            for k, fp in enumerate(progress)
+        ]
+        with self._lock:
+            self._seen[invocation_id] = (positions, tuple(seen))
+            self._seen.move_to_end(invocation_id)
+            while len(self._seen) > self._max:
+                self._seen.popitem(last=False)
+        return tuple(seen)
+
+    @staticmethod
+    def _check_fan_out(fp: Any, path: str, old: Seen | None) -> Seen:
+        """One FanOutProgress: its header, and its instances that changed since ``old``."""
+        instances = check_fan_out_header(fp, path)
+        key = (fp.fan_out_node_name, tuple(fp.namespace), len(instances))
+        if old is not None and old.key != key:
+            old = None  # another fan-out at this place: nothing of it was seen
+        if old is not None and old.instances is instances:
+            return old
+        ipath = f"{path}.instances"
+        try:
+            states = [x.state for x in instances]
+            results = [x.result for x in instances]
+        except AttributeError:
+            _check_instances(instances, None, ipath)  # names the bad one, and raises
+            raise
+        if old is None or len(old.states) != len(states):
+            _check_instances(instances, None, ipath)
+            return Seen(key, instances, states, results)
+        idx = set(differing(states, old.states))
+        idx.update(differing(results, old.results))
+        idx.update(old.in_flight)
+        if idx:
+            _check_instances(instances, sorted(idx), ipath)
+        return Seen(key, instances, states, results, old, idx)
+
+    def forget(self, invocation_id: str) -> None:
+        with self._lock:
+            self._seen.pop(invocation_id, None)
+
+
+def check_event(ev: Any) -> None:
+    """An :class:`~eventlog.frames.Event` handed to ``EventLog.append`` (its data is checked
+    when the frame is encoded: ``EncodingError`` naming the path)."""
+    check_str(ev.name, "event.name")
+    check_float(ev.at, "event.at")
+
+
+def check_instance_args(
+    fan_out_node_name: Any, index: Any, progress: Any, namespace: Any, lineage: Any, saved_at: Any
+) -> None:
+    """The arguments of ``save_instance`` (the invocation id is checked as a stream key)."""
+    check_str(fan_out_node_name, "fan_out_node_name")
+    if not is_int(index) or index < 0:
+        fail("index", "an int >= 0 (not a bool)", index)
+    if progress is None or isinstance(progress, (dict, list, tuple, str)):
+        fail("progress", "a FanOutInstanceProgress (or an object with its attributes)", progress)
+    check_instance(progress, "progress", result=False)
+    check_result(getattr(progress, "result", None), f"instances[{index}].result")
+    check_strs(namespace, "namespace")
+    check_lineage(lineage, "lineage")
+    if saved_at is not None and not is_float(saved_at):
+        fail(
+            "saved_at",
+            "None or a float/int timestamp (not a datetime, a Decimal or a str)",
+            saved_at,
+        )
