@@ -213,6 +213,7 @@ class _Item:
     payload: bytes = b""
     flags: int = 0
     result: Appended | BaseException | int | None = field(default=None, repr=False)
+    saves: int = 1  # buffered calls this item carries (more than one once joined: a batch)
 
 
 def _u64(n: int) -> bytes:
@@ -386,15 +387,18 @@ class EventLog:
                 for it in items:
                     buffered = self._buffers.pop(it.stream, None)
                     if buffered:
-                        self._buffered -= len(buffered)
+                        self._buffered -= sum(b.saves for b in buffered)
                         self._queue.extend(buffered)
                     self._queue.append(it)
                 if not lead or self._committing:
                     self._cond.notify()
             else:
                 for it in items:
-                    self._buffers.setdefault(it.stream, []).append(it)
+                    buf = self._buffers.setdefault(it.stream, [])
                     self._buffered += 1
+                    if buf and _joined(buf[-1], it):
+                        continue
+                    buf.append(it)
                 if self.flush_interval is not None:
                     self._cond.notify()
 
@@ -511,15 +515,15 @@ class EventLog:
     def discard_buffered(self, stream: str) -> int:
         """Drop the buffered (not yet queued) frames of ``stream``; returns how many."""
         with self._cond:
-            dropped = self._buffers.pop(stream, [])
-            self._buffered -= len(dropped)
-            return len(dropped)
+            dropped = sum(it.saves for it in self._buffers.pop(stream, []))
+            self._buffered -= dropped
+            return dropped
 
     def buffered_count(self, stream: str | None = None) -> int:
         with self._cond:
             if stream is None:
                 return self._buffered
-            return len(self._buffers.get(stream, ()))
+            return sum(it.saves for it in self._buffers.get(stream, ()))
 
     def _barrier(self, *, lead: bool = False) -> Future[Appended]:
         """Queue every buffered frame plus a marker; the future resolves once all are committed.
@@ -560,6 +564,11 @@ class EventLog:
         fut = self._barrier()
         await asyncio.wrap_future(fut)
         self._raise_deferred()
+
+    def report_deferred(self, error: BaseException) -> None:
+        """Hold ``error`` (a buffered save that failed) for the next :meth:`flush` to raise."""
+        with self._cond:
+            self._deferred.append(error)
 
     def _raise_deferred(self) -> None:
         with self._cond:
@@ -1032,11 +1041,36 @@ class _TxnWriter:
 class DeferredFrame:
     """Base class for :class:`Deferred` frames (the writer recognizes them by type)."""
 
+    __slots__ = ()
+
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
         raise NotImplementedError
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         raise NotImplementedError
+
+    def join(self, later: Any) -> bool:
+        """Take ``later`` (the next buffered frame of the same stream) into this one, so both
+        commit as one frame (a batch); ``False`` (the default) leaves them two frames."""
+        return False
+
+
+def _joined(last: _Item, it: _Item) -> bool:
+    """Join buffered item ``it`` into ``last``, the stream's last buffered item, when its frame
+    accepts it. Only plain buffered frames join: nobody waits on them or reads where they land.
+    """
+    frame = last.frame
+    if (
+        not isinstance(frame, DeferredFrame)
+        or last.effect is not None
+        or it.effect is not None
+        or last.expect_seq is not None
+        or it.expect_seq is not None
+        or not frame.join(it.frame)
+    ):
+        return False
+    last.saves += it.saves
+    return True
 
 
 def _resolve_aio(items: list[_Item]) -> None:

@@ -196,6 +196,31 @@ def last_snapshot_at_or_before(txn: ReadTxn, sid: int, seq: int) -> int:
     return 1
 
 
+_COMPLETED: Final = b"\xa9completed"  # an instance row's state, right after the array header
+
+
+def pending_indices(txn: ReadTxn, sid: int, fid: int, count: int, *, errors: bool) -> list[int]:
+    """Indices of fan-out ``fid`` (``count`` instances) not completed in the rows, ascending;
+    with ``errors``, completed ones whose result is an error too.
+
+    Reads keys and the first bytes of each started instance's row: no instance is decoded
+    (except completed ones when ``errors``), so a mostly finished fan-out of any size costs
+    one key scan and a list as long as what is left to run.
+    """
+    prefix = U64.pack(sid) + U32.pack(fid)
+    out: list[int] = []
+    expect = 0
+    for key, v in txn.scan_prefix(FANOUT, prefix):
+        i: int = U32.unpack_from(key, 12)[0]
+        if i > expect:
+            out.extend(range(expect, i))  # absent rows: not started
+        if v[1:11] != _COMPLETED or (errors and _dec_inst.decode(v).result_is_error):
+            out.append(i)
+        expect = i + 1
+    out.extend(range(expect, count))
+    return out
+
+
 def delete_rows(txn: WriteTxn, sid: int, row: HeadRow) -> None:
     """Remove every materialized row of a stream (its frames stay in the log)."""
     k = U64.pack(sid)
