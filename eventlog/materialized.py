@@ -88,12 +88,7 @@ def read_head(txn: ReadTxn, sid: int, row: HeadRow | None = None) -> tuple[Head,
         return None
     k = U64.pack(sid)
     positions = [_dec_pos.decode(v) for _, v in txn.scan_prefix(POSITIONS, k)]
-    slots = []
-    for hd in row.layout:
-        instances = [NOT_STARTED] * hd.instance_count
-        for key, v in txn.scan_prefix(FANOUT, k + U32.pack(hd.fid)):
-            instances[U32.unpack_from(key, 12)[0]] = _dec_inst.decode(v)
-        slots.append(Slot(hd, instances))
+    slots = [Slot(hd, read_instances(txn, sid, hd)) for hd in row.layout]
     head = Head(
         invocation_id=row.invocation_id,
         correlation_id=row.correlation_id,
@@ -108,6 +103,16 @@ def read_head(txn: ReadTxn, sid: int, row: HeadRow | None = None) -> tuple[Head,
         seq=row.seq,
     )
     return head, row
+
+
+def read_instances(txn: ReadTxn, sid: int, hd: FanOutHeader) -> list[FanOutInstanceProgress]:
+    """Every instance of fan-out ``hd`` from its rows (absent: not started), the rows read in
+    bulk (:meth:`ReadTxn.prefix_rows`)."""
+    instances = [NOT_STARTED] * hd.instance_count
+    unpack, decode = U32.unpack_from, _dec_inst.decode
+    for key, v in txn.prefix_rows(FANOUT, U64.pack(sid) + U32.pack(hd.fid)):
+        instances[unpack(key, 12)[0]] = decode(v)
+    return instances
 
 
 def load_rows(row: HeadRow) -> int:
