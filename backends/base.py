@@ -72,6 +72,11 @@ class ReadTxn(abc.ABC):
         """Pairs whose key starts with ``prefix``."""
         return self.scan(table, prefix, prefix_end(prefix), reverse=reverse, limit=limit)
 
+    def prefix_rows(self, table: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every pair whose key starts with ``prefix``, as a list: what :meth:`scan_prefix`
+        yields, for a caller that wants them all (a backend may read them in bulk)."""
+        return list(self.scan_prefix(table, prefix))
+
     def count(self, table: str) -> int:
         return sum(1 for _ in self.scan(table))
 

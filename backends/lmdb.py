@@ -45,6 +45,7 @@ import os
 import secrets
 import threading
 import weakref
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice
@@ -62,6 +63,7 @@ from backends.base import (
     check_ascending,
     check_durability,
     current_pid,
+    prefix_end,
 )
 from eventlog.errors import (
     CheckpointError,
@@ -626,6 +628,33 @@ class _LmdbRead(ReadTxn):
                 if start is not None and k < start:
                     return
                 yield k, v
+
+    def prefix_rows(self, table: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        # Chunks of growing size read in C (islice over iternext), each cut at the end of the
+        # prefix by a bisection: about 0.1 us a row instead of a generator step per row.
+        db = self._db(table)
+        if db is None:
+            return []
+        stop = prefix_end(prefix)
+        rows: list[tuple[bytes, bytes]] = []
+        try:
+            cur = self._txn.cursor(db=db)
+            if not cur.set_range(prefix):
+                return rows
+            it = cur.iternext(keys=True, values=True)
+            chunk = 64
+            while True:
+                got = list(islice(it, chunk))
+                if stop is not None and got and got[-1][0] >= stop:
+                    got = got[: bisect_left(got, (stop,))]
+                    rows += got
+                    return rows
+                rows += got
+                if len(got) < chunk:
+                    return rows
+                chunk = min(chunk * 4, 1 << 16)
+        except lmdb.Error as e:  # a damaged page: say so in our terms
+            raise _translate(e, "scanning") from e
 
     def last_key(self, table: str) -> bytes | None:
         db = self._db(table)

@@ -386,6 +386,17 @@ class BackendContract:
                 got = list(r.scan_prefix("a", prefix, reverse=True, limit=2))
                 assert got == want[::-1][:2], prefix
 
+    def test_prefix_rows_equal_scan_prefix(self, backend: Backend) -> None:
+        self._fill(backend, "a", _PREFIX_KEYS)
+        # enough rows under one prefix to cross the bulk reader's chunk sizes (64, 256, ...)
+        many = [b"m" + i.to_bytes(2, "big") for i in range(700)]
+        self._fill(backend, "a", [*many, b"n"])
+        prefixes = [b"", b"a", b"a\xff", b"\xff", b"c", b"m", b"m\x01", b"m\x02\xbb", b"n", b"zz"]
+        with backend.read() as r:
+            for prefix in prefixes:
+                assert r.prefix_rows("a", prefix) == list(r.scan_prefix("a", prefix)), prefix
+            assert len(r.prefix_rows("a", b"m")) == 700
+
     def test_last_key_and_count(self, backend: Backend) -> None:
         self._fill(backend, "a", [b"m", b"c", b"x"])
         with backend.write() as w:

@@ -136,9 +136,12 @@ def bench_wide(root: Path, invocations: int, saves: int) -> dict[str, Any]:
 
 def build_long(path: Path, saves: int, kind: str) -> float:
     """One invocation, ``saves`` saves: small whole records (``records``), or instance saves
-    on one fan-out of ``saves // 2`` instances, each in flight then completed (``fan_out``)."""
+    on one fan-out of ``saves // 2`` instances, each in flight then completed (``fan_out``).
+
+    Instance saves are made unbatched, so each is a frame of its own: batched ones would share
+    frames (one per batch) and make a far shorter history to fold."""
     started = time.perf_counter()
-    batching = FanOutInternalSaveBatching(flush_every=FLUSH_EVERY)
+    batching = FanOutInternalSaveBatching(flush_every=FLUSH_EVERY) if kind == "records" else None
     with CheckpointLog.open(path, durability=DURABILITY, batching=batching) as cl:
         if kind == "records":
             for step in range(saves):
@@ -163,9 +166,9 @@ def bench_show_at(root: Path, saves: int, kind: str, samples: int, cli_runs: int
     build_s = build_long(path, saves, kind)
     print(f"(b) built a {saves:,}-save history ({kind}) in {build_s:.1f} s", file=sys.stderr)
     rng = random.Random(SEED)
-    tail = max(1, saves // 100)
     with CheckpointLog.open(path, readonly=True) as cl:
         last = cl.log.last_seq("long")
+        tail = max(1, saves // 100)
         seqs = [last - rng.randrange(tail) for _ in range(samples)]
         lat, kept_lat = [], []
         for seq in seqs:  # each record dropped before the next call, as one `show --at` does

@@ -53,6 +53,7 @@ from eventlog.materialized import (
     delete_rows,
     last_snapshot_at_or_before,
     load_rows,
+    pending_indices,
     read_head,
     read_row,
     summary,
@@ -71,14 +72,27 @@ from eventlog.records import (
     lineage_from,
 )
 from eventlog.validate import RecordChecker, check_instance_args, fail
-from projections.records import Head, Incoming, apply_inplace, delta, snapshot, to_record
+from projections.records import (
+    Head,
+    Incoming,
+    Slot,
+    apply_inplace,
+    delta,
+    snapshot,
+    to_record,
+)
 
 if TYPE_CHECKING:
     from eventlog import forensics as forensics_t
     from projections.history import RecordDiff
 
-SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames
+SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames past a snapshot,
+SNAPSHOT_BYTES_PER_FRAME: Final = 64  # or one per this many bytes of it, if that is more: a
+# snapshot costs O(its size) to build, so it is paid for by at least size/64 frames (flat per save)
 SNAPSHOT_RATIO: Final = 2  # snapshot once the deltas since the last one outweigh it this much
+BATCH_CHANGES_MAX: Final = 4096  # buffered save_instance calls joined into one frame, at most
+BATCH_BYTES_MAX: Final = 1 << 20  # and their results' bytes (a quarter of frame_bytes_max)
+INSTANCE_OVERHEAD_BYTES: Final = 48  # a change's framing besides its result, roughly
 HEAD_CACHE_MAX: Final = 4096  # invocations whose head the writer keeps in memory
 INLINE_LOAD_ROWS_MAX: Final = 256  # async load reads at most this many rows (or KiB of state)
 # on the event loop; a bigger record loads on a worker thread
@@ -116,7 +130,7 @@ class _HeadFrame(DeferredFrame):
         as_snapshot = (
             before_row is None
             or chain > SNAPSHOT_RATIO * snap
-            or frames_since >= SNAPSHOT_FRAMES_MAX
+            or frames_since >= max(SNAPSHOT_FRAMES_MAX, snap // SNAPSHOT_BYTES_PER_FRAME)
         )
         self.plan = (before_row, frame, head, as_snapshot)
         return snapshot(head) if as_snapshot else frame
@@ -159,56 +173,112 @@ class _Save(_HeadFrame):
         return delta(head, self.inc, stream)
 
 
-class _InstanceSave(_HeadFrame):
-    """One fan-out instance's progress, without rebuilding the record: O(1) in fan-out size."""
+_FanOutKey = tuple[str, tuple[str, ...], tuple[EnclosingFanOutInstance, ...]]
 
-    __slots__ = ("index", "key", "progress", "saved_at")
 
-    def __init__(
-        self,
-        owner: CheckpointLog,
-        key: tuple[str, tuple[str, ...], tuple[EnclosingFanOutInstance, ...]],
-        index: int,
-        progress: FanOutInstanceProgress,
-        saved_at: float,
-    ) -> None:
+class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
+    """One ``save_instance`` call, validated by the caller (its bytes are an estimate of its
+    size in a frame)."""
+
+    key: _FanOutKey
+    index: int
+    progress: FanOutInstanceProgress
+    saved_at: float
+    size: int
+
+
+class _InstanceSaves(_HeadFrame):
+    """Fan-out instance progress without rebuilding the record: O(changes), whatever the
+    fan-out's size.
+
+    One ``save_instance`` call, or several buffered calls of one invocation joined in call
+    order (:meth:`join`): a batch is one frame (one envelope, one chain link, one index row,
+    one head-row update) whose ``instances`` list every change, with ``instance_saved_at``
+    giving the time of each. A change the head cannot take (no such fan-out, index out of
+    range) is left out of the frame and reported as an :class:`InvalidRecord` by the next
+    ``flush()``, so it never takes the rest of its batch down with it.
+    """
+
+    __slots__ = ("bytes", "changes", "rejected")
+
+    def __init__(self, owner: CheckpointLog, change: _InstanceChange) -> None:
         super().__init__(owner)
-        self.key = key
-        self.index = index
-        self.progress = progress
-        self.saved_at = saved_at
+        self.changes = [change]
+        self.bytes = change.size
+        self.rejected: list[InvalidRecord] = []
+
+    def join(self, later: Any) -> bool:
+        if (
+            type(later) is not _InstanceSaves
+            or len(later.changes) != 1
+            or len(self.changes) >= BATCH_CHANGES_MAX
+            or self.bytes + later.bytes > self.owner.batch_bytes_max
+        ):
+            return False
+        self.changes.append(later.changes[0])
+        self.bytes += later.bytes
+        return True
 
     def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
-        name, namespace, lineage = self.key
-        if head is None:
-            raise InvalidRecord(
-                f"save_instance for {stream!r}: nothing is saved for this invocation; save a "
-                "record whose fan_out_progress holds the fan-out first"
-            )
-        for slot in head.slots:
-            h = slot.header
-            if (h.fan_out_node_name, h.namespace, h.lineage) == (name, namespace, lineage):
-                break
-        else:
-            raise InvalidRecord(
-                f"save_instance for {stream!r}: the head has no fan-out {name!r} in namespace "
-                f"{namespace!r}; save a record whose fan_out_progress holds it first"
-            )
-        if not 0 <= self.index < h.instance_count:
-            raise InvalidRecord(
-                f"save_instance for {stream!r}: index {self.index} is outside fan-out {name!r} "
-                f"of {h.instance_count} instances"
-            )
-        slot.instances[self.index] = self.progress
-        slot.src = None
-        head.last_saved_at = self.saved_at
+        self.rejected = rejected = []
+        slots: dict[_FanOutKey, Slot] = {}
+        if head is not None:
+            for slot in reversed(head.slots):  # the first fan-out with the key wins
+                h = slot.header
+                slots[(h.fan_out_node_name, h.namespace, h.lineage)] = slot
+        changes: list[InstanceChange] = []
+        times: list[float] = []
+        for ch in self.changes:
+            slot_or_none = slots.get(ch.key)
+            if slot_or_none is None or not 0 <= ch.index < slot_or_none.header.instance_count:
+                rejected.append(_instance_error(stream, head, ch, slot_or_none))
+                continue
+            slot = slot_or_none
+            slot.instances[ch.index] = ch.progress
+            slot.src = None
+            changes.append(InstanceChange(slot.header.fid, ch.index, ch.progress))
+            times.append(ch.saved_at)
+        if not changes:
+            first = rejected[0]
+            if len(rejected) > 1:
+                first.add_note(f"{len(rejected) - 1} more save_instance call(s) were refused")
+            self.rejected = []
+            raise first
+        assert head is not None
+        head.last_saved_at = times[-1]
         head.kind = "fan_out_internal"
         frame = Save(
             kind="fan_out_internal",
-            saved_at=self.saved_at,
-            instances=(InstanceChange(h.fid, self.index, self.progress),),
+            saved_at=times[-1],
+            instances=tuple(changes),
+            instance_saved_at=tuple(times) if len(times) > 1 else (),
         )
         return frame, head
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        super().appended(txn, done)
+        if self.rejected:
+            self.owner._rejected.append(self)
+
+
+def _instance_error(
+    stream: str, head: Head | None, ch: _InstanceChange, slot: Slot | None
+) -> InvalidRecord:
+    name, namespace, _ = ch.key
+    if head is None:
+        return InvalidRecord(
+            f"save_instance for {stream!r}: nothing is saved for this invocation; save a "
+            "record whose fan_out_progress holds the fan-out first"
+        )
+    if slot is None:
+        return InvalidRecord(
+            f"save_instance for {stream!r}: the head has no fan-out {name!r} in namespace "
+            f"{namespace!r}; save a record whose fan_out_progress holds it first"
+        )
+    return InvalidRecord(
+        f"save_instance for {stream!r}: index {ch.index} is outside fan-out {name!r} "
+        f"of {slot.header.instance_count} instances"
+    )
 
 
 class _Delete(DeferredFrame):
@@ -249,11 +319,16 @@ class _Hooks:
 
     def committed(self) -> None:
         self.owner._touched.clear()
+        batches, self.owner._rejected = self.owner._rejected, []
+        for batch in batches:  # changes left out of committed batches: the next flush says so
+            for error in batch.rejected:
+                self.owner.log.report_deferred(error)
 
     def aborted(self) -> None:
         for stream in self.owner._touched:
             self.owner._cache.pop(stream, None)
         self.owner._touched.clear()
+        self.owner._rejected.clear()
 
 
 class CheckpointLog:
@@ -277,6 +352,8 @@ class CheckpointLog:
         self._touched: set[str] = set()
         self._sids: dict[str, int] = {}
         self._checker = RecordChecker(HEAD_CACHE_MAX)  # caller threads (thread-safe)
+        self._rejected: list[_InstanceSaves] = []  # committed batches that left changes out
+        self.batch_bytes_max = min(BATCH_BYTES_MAX, log.frame_bytes_max // 4)
         log.txn_hooks = _Hooks(self)
 
     @classmethod
@@ -406,17 +483,18 @@ class CheckpointLog:
         namespace: tuple[str, ...],
         lineage: tuple[EnclosingFanOutInstance, ...],
         saved_at: float | None,
-    ) -> _InstanceSave:
+    ) -> _InstanceSaves:
         stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
-        check_instance_args(fan_out_node_name, index, progress, namespace, lineage, saved_at)
+        size = check_instance_args(fan_out_node_name, index, progress, namespace, lineage, saved_at)
         conv = instance_from(progress)
-        return _InstanceSave(
-            self,
+        change = _InstanceChange(
             (fan_out_node_name, tuple(namespace), lineage_from(lineage)),
             index,
             conv,
             time.time() if saved_at is None else saved_at,
+            size + INSTANCE_OVERHEAD_BYTES,
         )
+        return _InstanceSaves(self, change)
 
     def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
         """Buffered without counting toward ``flush_every`` under batching, else durable."""
@@ -486,6 +564,39 @@ class CheckpointLog:
         if rows_max is not None and len(head.state) + len(head.parent_states) > rows_max * 1024:
             return TOO_BIG  # decoding would hold the event loop: the caller hops to a thread
         return to_record(head)
+
+    def pending_instances(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        *,
+        namespace: tuple[str, ...] = (),
+        lineage: tuple[EnclosingFanOutInstance, ...] = (),
+        errors: bool = False,
+    ) -> list[int] | None:
+        """Indices of a fan-out's instances still to run in the latest committed record: not
+        started or in flight (and, with ``errors``, completed with an error result), ascending.
+
+        What a resumed job asks first. It reads the fan-out's row keys and the state at the
+        start of each row without decoding instances or building the record, so it costs one
+        key scan plus a list as long as what is left. ``None`` when nothing is saved for
+        ``invocation_id``; :class:`InvalidRecord` when its head has no such fan-out.
+        """
+        key = (fan_out_node_name, tuple(namespace), lineage_from(lineage))
+        with self.log.backend.read() as txn:
+            sid = self.log._stream_id(txn, invocation_id)
+            row = None if sid is None else read_row(txn, sid)
+            if sid is None or row is None:
+                return None
+            for hd in row.layout:
+                if (hd.fan_out_node_name, hd.namespace, hd.lineage) == key:
+                    return pending_indices(txn, sid, hd.fid, hd.instance_count, errors=errors)
+        names = sorted({(hd.fan_out_node_name, hd.namespace) for hd in row.layout})
+        raise InvalidRecord(
+            f"pending_instances for {invocation_id!r}: the head has no fan-out "
+            f"{fan_out_node_name!r} in namespace {tuple(namespace)!r} (with that lineage); it "
+            f"has {names or 'none'}"
+        )
 
     def list(self, filter: CheckpointFilter | None = None) -> list[CheckpointSummary]:
         """Summaries of saved invocations (by correlation id through its index), oldest first.
@@ -737,6 +848,25 @@ class Checkpointer:
 
     async def load(self, invocation_id: str) -> CheckpointRecord | None:
         return await self.sync.load_async(invocation_id)
+
+    async def pending_instances(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        *,
+        namespace: tuple[str, ...] = (),
+        lineage: tuple[EnclosingFanOutInstance, ...] = (),
+        errors: bool = False,
+    ) -> list[int] | None:
+        """Async :meth:`CheckpointLog.pending_instances` (on a worker thread: it scans)."""
+        return await asyncio.to_thread(
+            self.sync.pending_instances,
+            invocation_id,
+            fan_out_node_name,
+            namespace=namespace,
+            lineage=lineage,
+            errors=errors,
+        )
 
     async def list(self, filter: CheckpointFilter | None = None) -> list[CheckpointSummary]:
         return await asyncio.to_thread(self.sync.list, filter)

@@ -78,6 +78,7 @@ from eventlog.materialized import (
     TABLES,
     HeadRow,
     last_snapshot_at_or_before,
+    read_row,
     write_save,
     write_snapshot_mark,
 )
@@ -1245,6 +1246,7 @@ class _Src:
 
     name: str
     last: int  # the stream's last seq in the source
+    record_last: int = 0  # the seq of its head row (its last save): events may follow it
     start: int = 0  # the first seq kept (0: not decided yet)
     events: bool = False  # an application-event stream: copied whole
     dropped: bool = False
@@ -1297,7 +1299,10 @@ class _Compactor:
                 n = 0
                 for key, _ in txn.scan_prefix(STREAMS, k, reverse=True, limit=1):
                     n = U64X2.unpack(key)[1]
-                self.streams[sid] = _Src(v.decode("utf-8", "surrogatepass"), n)
+                row = read_row(txn, sid)
+                self.streams[sid] = _Src(
+                    v.decode("utf-8", "surrogatepass"), n, n if row is None else row.seq
+                )
         return U64.unpack(last)[0] if last is not None else 0
 
     def run(self, progress: Progress | None) -> int:
@@ -1354,7 +1359,7 @@ class _Compactor:
             if not self.starts_here(s, seq, frame):
                 return
             if not isinstance(frame, (Save, Snapshot)):
-                if seq == s.last:
+                if seq == s.record_last:
                     s.dropped = True  # nothing left but a delete: the invocation is gone
                 else:
                     s.start = -1  # keep from the next frame
@@ -1369,15 +1374,17 @@ class _Compactor:
             )
             raw = self.serializer.encode(marked)
             payload, flags = self.compressor.compress(raw)
-            self.copy(s, payload, flags, 0, snapshot=True, head=head if seq == s.last else None)
+            self.copy(
+                s, payload, flags, 0, snapshot=True, head=head if seq == s.record_last else None
+            )
             return
-        last = self.fold(s, seq) if seq == s.last else None
+        last = self.fold(s, seq) if seq == s.record_last else None
         self.copy(
             s, env.payload, env.flags, env.dict_id, snapshot=isinstance(frame, Snapshot), head=last
         )
 
     def starts_here(self, s: _Src, seq: int, frame: Any) -> bool:
-        if s.start == -1 or seq == s.last:
+        if s.start == -1 or seq == s.record_last:
             return True
         mode = self.policy.mode
         if mode == "all":
@@ -1385,7 +1392,7 @@ class _Compactor:
         if mode == "heads":
             return False
         if mode == "last_n":
-            return seq >= s.last - self.policy.last_n + 1
+            return seq >= s.record_last - self.policy.last_n + 1
         return frame_saved_at(frame) >= self.policy.since
 
     def fold(self, s: _Src, seq: int) -> Head | None:
@@ -1393,7 +1400,8 @@ class _Compactor:
         at or before it."""
         head: Head | None = None
         for sf in self.src.read_stream(s.name, s.last_snapshot, seq):
-            head = apply_inplace(head, sf.frame, sf.seq, s.name)
+            if isinstance(sf.frame, CHECKPOINT_FRAMES):  # events beside the saves: skipped
+                head = apply_inplace(head, sf.frame, sf.seq, s.name)
         return head
 
     def copy(

@@ -2,7 +2,8 @@
 
 Evolution rules (docs/frame-format.md): frames are ``array_like``, so fields are only ever
 appended at the end, each new field has a default, and no field changes type. A golden-bytes
-test (tests/test_codec_golden.py) pins the encoding of every kind.
+test (tests/test_codec_golden.py) pins the encoding of every kind, and a small log written by
+format 1 (tests/fixtures/v1-log) must keep opening, reading and verifying.
 
 Checkpoint frames (one stream per invocation):
 - :class:`Save` is a delta against the stream's previous record: only what changed.
@@ -77,6 +78,9 @@ class Save(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="sv")
     layout: tuple[FanOutHeader, ...] | None = None
     instances: tuple[InstanceChange, ...] = ()
     state_splice: StateSplice | None = None
+    # Format 2: when one frame carries several buffered ``save_instance`` calls (a batch), the
+    # time of each, parallel to ``instances``; empty = every change was saved at ``saved_at``.
+    instance_saved_at: tuple[float, ...] = ()
 
 
 class Compacted(msgspec.Struct, frozen=True, array_like=True):

@@ -231,6 +231,7 @@ class _Item:
     flags: int = 0
     result: Appended | BaseException | int | None = field(default=None, repr=False)
     buffered: bool = False  # appended with durable=False: nobody waits for it
+    saves: int = 1  # buffered calls this item carries (more than one once joined: a batch)
 
 
 def _u64(n: int) -> bytes:
@@ -411,7 +412,7 @@ class EventLog:
                 for it in items:
                     buffered = self._buffers.pop(it.stream, None)
                     if buffered:
-                        self._buffered -= len(buffered)
+                        self._buffered -= sum(b.saves for b in buffered)
                         self._queue.extend(buffered)
                     self._queue.append(it)
                 if not lead or self._committing:
@@ -419,8 +420,11 @@ class EventLog:
             else:
                 for it in items:
                     it.buffered = True
-                    self._buffers.setdefault(it.stream, []).append(it)
+                    buf = self._buffers.setdefault(it.stream, [])
                     self._buffered += 1
+                    if buf and _joined(buf[-1], it):
+                        continue
+                    buf.append(it)
                 if self.flush_interval is not None:
                     self._cond.notify()
 
@@ -541,15 +545,15 @@ class EventLog:
     def discard_buffered(self, stream: str) -> int:
         """Drop the buffered (not yet queued) frames of ``stream``; returns how many."""
         with self._cond:
-            dropped = self._buffers.pop(stream, [])
-            self._buffered -= len(dropped)
-            return len(dropped)
+            dropped = sum(it.saves for it in self._buffers.pop(stream, []))
+            self._buffered -= dropped
+            return dropped
 
     def buffered_count(self, stream: str | None = None) -> int:
         with self._cond:
             if stream is None:
                 return self._buffered
-            return len(self._buffers.get(stream, ()))
+            return sum(it.saves for it in self._buffers.get(stream, ()))
 
     def _barrier(self, *, lead: bool = False) -> Future[Appended]:
         """Queue every buffered frame plus a marker; the future resolves once all are committed.
@@ -590,6 +594,11 @@ class EventLog:
         fut = self._barrier()
         await asyncio.wrap_future(fut)
         self._raise_deferred()
+
+    def report_deferred(self, error: BaseException) -> None:
+        """Hold ``error`` (a buffered save that failed) for the next :meth:`flush` to raise."""
+        with self._cond:
+            self._deferred.append(error)
 
     def _raise_deferred(self) -> None:
         with self._cond:
@@ -668,7 +677,7 @@ class EventLog:
                 self._failed = cause
             items = [*batch, *self._queue]
             self._queue.clear()
-            self._failed_lost += self._buffered + sum(it.buffered for it in items)
+            self._failed_lost += self._buffered + sum(it.saves for it in items if it.buffered)
             self._buffers.clear()
             self._buffered = 0
             self._cond.notify_all()
@@ -857,8 +866,8 @@ class EventLog:
             self._queue.extend(queue)
             for stream, items in pending.items():
                 self._buffers[stream] = items + self._buffers.get(stream, [])
-                self._buffered += len(items)
-            n = self._buffered + sum(it.buffered for it in queue)
+                self._buffered += sum(it.saves for it in items)
+            n = self._buffered + sum(it.saves for it in queue if it.buffered)
         for it in kept:
             it.result = None  # not a failure of the frame: it waits for the next flush
         error = _flush_failed(failure, n)
@@ -1057,7 +1066,7 @@ class EventLog:
         with self._cond:
             self._closed = True
             self._stopping = True
-            lost = {s: len(items) for s, items in self._buffers.items() if items}
+            lost = {s: sum(it.saves for it in items) for s, items in self._buffers.items() if items}
             self._buffers.clear()
             self._buffered = 0
             self._cond.notify_all()
@@ -1172,11 +1181,36 @@ class _TxnWriter:
 class DeferredFrame:
     """Base class for :class:`Deferred` frames (the writer recognizes them by type)."""
 
+    __slots__ = ()
+
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
         raise NotImplementedError
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         raise NotImplementedError
+
+    def join(self, later: Any) -> bool:
+        """Take ``later`` (the next buffered frame of the same stream) into this one, so both
+        commit as one frame (a batch); ``False`` (the default) leaves them two frames."""
+        return False
+
+
+def _joined(last: _Item, it: _Item) -> bool:
+    """Join buffered item ``it`` into ``last``, the stream's last buffered item, when its frame
+    accepts it. Only plain buffered frames join: nobody waits on them or reads where they land.
+    """
+    frame = last.frame
+    if (
+        not isinstance(frame, DeferredFrame)
+        or last.effect is not None
+        or it.effect is not None
+        or last.expect_seq is not None
+        or it.expect_seq is not None
+        or not frame.join(it.frame)
+    ):
+        return False
+    last.saves += it.saves
+    return True
 
 
 def _resolve_aio(items: list[_Item]) -> None:

@@ -88,12 +88,7 @@ def read_head(txn: ReadTxn, sid: int, row: HeadRow | None = None) -> tuple[Head,
         return None
     k = U64.pack(sid)
     positions = [_dec_pos.decode(v) for _, v in txn.scan_prefix(POSITIONS, k)]
-    slots = []
-    for hd in row.layout:
-        instances = [NOT_STARTED] * hd.instance_count
-        for key, v in txn.scan_prefix(FANOUT, k + U32.pack(hd.fid)):
-            instances[U32.unpack_from(key, 12)[0]] = _dec_inst.decode(v)
-        slots.append(Slot(hd, instances))
+    slots = [Slot(hd, read_instances(txn, sid, hd)) for hd in row.layout]
     head = Head(
         invocation_id=row.invocation_id,
         correlation_id=row.correlation_id,
@@ -108,6 +103,16 @@ def read_head(txn: ReadTxn, sid: int, row: HeadRow | None = None) -> tuple[Head,
         seq=row.seq,
     )
     return head, row
+
+
+def read_instances(txn: ReadTxn, sid: int, hd: FanOutHeader) -> list[FanOutInstanceProgress]:
+    """Every instance of fan-out ``hd`` from its rows (absent: not started), the rows read in
+    bulk (:meth:`ReadTxn.prefix_rows`)."""
+    instances = [NOT_STARTED] * hd.instance_count
+    unpack, decode = U32.unpack_from, _dec_inst.decode
+    for key, v in txn.prefix_rows(FANOUT, U64.pack(sid) + U32.pack(hd.fid)):
+        instances[unpack(key, 12)[0]] = decode(v)
+    return instances
 
 
 def load_rows(row: HeadRow) -> int:
@@ -194,6 +199,31 @@ def last_snapshot_at_or_before(txn: ReadTxn, sid: int, seq: int) -> int:
         found: int = U64.unpack_from(key, 8)[0]
         return found
     return 1
+
+
+_COMPLETED: Final = b"\xa9completed"  # an instance row's state, right after the array header
+
+
+def pending_indices(txn: ReadTxn, sid: int, fid: int, count: int, *, errors: bool) -> list[int]:
+    """Indices of fan-out ``fid`` (``count`` instances) not completed in the rows, ascending;
+    with ``errors``, completed ones whose result is an error too.
+
+    Reads keys and the first bytes of each started instance's row: no instance is decoded
+    (except completed ones when ``errors``), so a mostly finished fan-out of any size costs
+    one key scan and a list as long as what is left to run.
+    """
+    prefix = U64.pack(sid) + U32.pack(fid)
+    out: list[int] = []
+    expect = 0
+    for key, v in txn.scan_prefix(FANOUT, prefix):
+        i: int = U32.unpack_from(key, 12)[0]
+        if i > expect:
+            out.extend(range(expect, i))  # absent rows: not started
+        if v[1:11] != _COMPLETED or (errors and _dec_inst.decode(v).result_is_error):
+            out.append(i)
+        expect = i + 1
+    out.extend(range(expect, count))
+    return out
 
 
 def delete_rows(txn: WriteTxn, sid: int, row: HeadRow | None) -> None:

@@ -31,7 +31,7 @@ class NodePosition(msgspec.Struct, frozen=True, array_like=True, gc=False):
     fan_out_index: int | None = None
 
 
-class FanOutInstanceProgress(msgspec.Struct, frozen=True, array_like=True):
+class FanOutInstanceProgress(msgspec.Struct, frozen=True, array_like=True, gc=False):
     state: InstanceState
     result: Any = None
     result_is_error: bool = False

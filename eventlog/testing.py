@@ -1067,6 +1067,73 @@ class CheckpointLogContract:
         assert batched.load("a") == msgspec.structs.replace(expected, last_saved_at=4.0)
         assert_history_consistent(batched, "a")
 
+    def test_buffered_instance_saves_commit_as_one_frame(self, opener: Opener) -> None:
+        cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
+        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 6)])
+        cl.save("a", base)
+        expected = base
+        for i, at in ((4, 2.0), (1, 3.0), (4, 4.0), (0, 5.0)):
+            progress = in_flight(pos("x", i)) if at == 2.0 else done({"i": i, "at": at})
+            cl.save_instance("a", "outer", i, progress, namespace=NS, saved_at=at)
+            expected = msgspec.structs.replace(
+                with_instance(expected, 0, i, progress), last_saved_at=at
+            )
+        assert cl.log.buffered_count("a") == 4  # four saves, however they are framed
+        cl.flush()
+        assert cl.load("a") == expected
+        frames = [sf.frame for sf in cl.log.read_stream("a")]
+        assert len(frames) == 2  # the record, then one frame for the four buffered calls
+        batch = frames[1]
+        assert [(c.index, c.progress.state) for c in batch.instances] == [
+            (4, "in_flight"), (1, "completed"), (4, "completed"), (0, "completed")
+        ]  # fmt: skip
+        assert batch.instance_saved_at == (2.0, 3.0, 4.0, 5.0)
+        assert [e.kind for e in cl.history("a")] == ["save", "fan_out_internal"]
+        assert cl.record_at("a", 2) == expected
+        assert_history_consistent(cl, "a")
+        report = cl.verify()
+        assert report.ok, str(report)
+
+    def test_a_refused_instance_save_leaves_the_rest_of_its_batch(self, opener: Opener) -> None:
+        cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
+        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 3)])
+        cl.save("a", base)
+        cl.save_instance("a", "outer", 0, done(0), namespace=NS, saved_at=2.0)
+        cl.save_instance("a", "outer", 7, done(7), namespace=NS, saved_at=3.0)  # no index 7
+        cl.save_instance("a", "nope", 1, done(1), namespace=NS, saved_at=4.0)  # no such fan-out
+        cl.save_instance("a", "outer", 2, done(2), namespace=NS, saved_at=5.0)
+        with pytest.raises(InvalidRecord, match="index 7") as info:
+            cl.flush()
+        assert any("1 more buffered" in n for n in getattr(info.value, "__notes__", []))
+        expected = with_instance(with_instance(base, 0, 0, done(0)), 0, 2, done(2))
+        assert cl.load("a") == msgspec.structs.replace(expected, last_saved_at=5.0)
+        cl.flush()  # reported once
+        assert_history_consistent(cl, "a")
+        report = cl.verify()
+        assert report.ok, str(report)
+
+    def test_pending_instances(self, opener: Opener) -> None:
+        cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
+        assert cl.pending_instances("a", "outer", namespace=NS) is None
+        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 8)])
+        cl.save("a", base)
+        assert cl.pending_instances("a", "outer", namespace=NS) == list(range(8))
+        cl.save_instance("a", "outer", 0, done(0), namespace=NS)
+        cl.save_instance("a", "outer", 3, in_flight(pos("x", 1)), namespace=NS)
+        cl.save_instance("a", "outer", 5, done("boom", error=True), namespace=NS)
+        cl.save_instance("a", "outer", 7, done(7), namespace=NS)
+        assert cl.pending_instances("a", "outer", namespace=NS) == list(range(8))  # buffered
+        cl.flush()
+        assert cl.pending_instances("a", "outer", namespace=NS) == [1, 2, 3, 4, 6]
+        assert cl.pending_instances("a", "outer", namespace=NS, errors=True) == [1, 2, 3, 4, 5, 6]
+        head = cl.load("a")
+        assert head is not None
+        assert [
+            i for i, p in enumerate(head.fan_out_progress[0].instances) if p.state != "completed"
+        ] == cl.pending_instances("a", "outer", namespace=NS)
+        with pytest.raises(InvalidRecord, match="no fan-out 'other'"):
+            cl.pending_instances("a", "other", namespace=NS)
+
     @pytest.mark.parametrize("seq", [0, -1, -2, -(2**70)], ids=["0", "-1", "-2", "-2**70"])
     def test_record_at_before_the_first_seq_is_none(self, cl: CheckpointLog, seq: int) -> None:
         cl.save("a", make_record("a"))

@@ -171,8 +171,9 @@ def check_lineage(objs: Any, path: str) -> None:
         check_int(_attr(o, "fan_out_index", p, "EnclosingFanOutInstance"), f"{p}.fan_out_index")
 
 
-def check_result(result: Any, path: str) -> None:
-    encode_value(result, path)  # EncodingError naming the path
+def check_result(result: Any, path: str) -> int:
+    """The result's encoded size; :class:`EncodingError` naming the path when it does not encode."""
+    return len(encode_value(result, path))
 
 
 def check_instance(x: Any, path: str, result: bool = True) -> None:
@@ -389,15 +390,16 @@ def check_event(ev: Any) -> None:
 
 def check_instance_args(
     fan_out_node_name: Any, index: Any, progress: Any, namespace: Any, lineage: Any, saved_at: Any
-) -> None:
-    """The arguments of ``save_instance`` (the invocation id is checked as a stream key)."""
+) -> int:
+    """The arguments of ``save_instance`` (the invocation id is checked as a stream key);
+    returns the encoded size of the progress's result."""
     check_str(fan_out_node_name, "fan_out_node_name")
     if not is_int(index) or index < 0:
         fail("index", "an int >= 0 (not a bool)", index)
     if progress is None or isinstance(progress, (dict, list, tuple, str)):
         fail("progress", "a FanOutInstanceProgress (or an object with its attributes)", progress)
     check_instance(progress, "progress", result=False)
-    check_result(getattr(progress, "result", None), f"instances[{index}].result")
+    size = check_result(getattr(progress, "result", None), f"instances[{index}].result")
     check_strs(namespace, "namespace")
     check_lineage(lineage, "lineage")
     if saved_at is not None and not is_float(saved_at):
@@ -406,3 +408,4 @@ def check_instance_args(
             "None or a float/int timestamp (not a datetime, a Decimal or a str)",
             saved_at,
         )
+    return size

@@ -280,3 +280,20 @@ def test_other_integrations_streams_are_refused(source: Path, tmp_path: Path) ->
             ("lg_remove", "lg_remove", False)
         ]
         assert src.verify().ok
+
+
+@pytest.mark.parametrize("keep", ["all", "heads"])
+def test_an_event_after_the_last_save_keeps_the_invocation(tmp_path: Path, keep: str) -> None:
+    """Regression: an application event appended after an invocation's last save made
+    compaction drop the invocation (``heads``) or write a head row one seq off (``all``)."""
+    with CheckpointLog.open(tmp_path / "src", durability="process") as src:
+        for step in range(3):
+            src.save("a", rec("a", step))
+        src.log.append("a", Event(name="note", data=[1], at=T0 + 9))
+        src.compact(tmp_path / "dest", keep=keep)
+        with CheckpointLog.open(tmp_path / "dest") as dest:
+            assert dest.load("a") == src.load("a")
+            frames = [sf.frame for sf in dest.log.read_stream("a")]
+            assert isinstance(frames[-1], Event)
+            report = dest.verify()
+            assert report.ok, str(report)

@@ -43,7 +43,9 @@ Entry = tuple[str, CheckpointRecord | None]  # (kind, record); ("delete", None)
 class Model:
     committed: dict[str, CheckpointRecord] = field(default_factory=dict)
     history: dict[str, list[Entry]] = field(default_factory=lambda: {i: [] for i in IDS})
-    buffers: dict[str, list[tuple[str, CheckpointRecord]]] = field(
+    # (kind, record, joins): buffered save_instance calls of one invocation that follow each
+    # other in its buffer commit as one frame (a batch), so history shows their last record.
+    buffers: dict[str, list[tuple[str, CheckpointRecord, bool]]] = field(
         default_factory=lambda: {i: [] for i in IDS}
     )
     pending: int = 0
@@ -53,8 +55,13 @@ class Model:
     )
 
     def commit(self, inv: str) -> None:
-        for kind, rec in self.buffers[inv]:
-            self.history[inv].append((kind, rec))
+        joins_last = False
+        for kind, rec, joins in self.buffers[inv]:
+            if joins and joins_last:
+                self.history[inv][-1] = (kind, rec)
+            else:
+                self.history[inv].append((kind, rec))
+            joins_last = joins
             self.committed[inv] = rec
         self.buffers[inv] = []
 
@@ -99,10 +106,10 @@ class CheckpointMachine(RuleBasedStateMachine):
         self.cl.save_fan_out_internal(inv, rec)
         self._counted(inv, rec)
 
-    def _counted(self, inv: str, rec: CheckpointRecord) -> None:
+    def _counted(self, inv: str, rec: CheckpointRecord, *, joins: bool = False) -> None:
         """Model a buffered save that counts toward ``flush_every``."""
         m = self.model
-        m.buffers[inv].append(("fan_out_internal", rec))
+        m.buffers[inv].append(("fan_out_internal", rec, joins))
         m.pending += 1
         if m.pending >= FLUSH_EVERY:
             note(f"count reached {FLUSH_EVERY}: every buffer is committed")
@@ -140,13 +147,13 @@ class CheckpointMachine(RuleBasedStateMachine):
         )
         rec = msgspec.structs.replace(with_instance(prev, k, index, progress), last_saved_at=at)
         m.last_call[inv] = rec
-        self._counted(inv, rec)
+        self._counted(inv, rec, joins=True)
 
     @rule(inv=invocations, data=st.data())
     def in_flight_failure_save(self, inv: str, data: st.DataObject) -> None:
         rec = self._draw(data, inv)
         self.cl.save_fan_out_in_flight_failure(inv, rec)
-        self.model.buffers[inv].append(("fan_out_in_flight_failure", rec))
+        self.model.buffers[inv].append(("fan_out_in_flight_failure", rec, False))
 
     @rule()
     def flush(self) -> None:
