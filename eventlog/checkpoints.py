@@ -133,7 +133,14 @@ class _HeadFrame(DeferredFrame):
             or frames_since >= max(SNAPSHOT_FRAMES_MAX, snap // SNAPSHOT_BYTES_PER_FRAME)
         )
         self.plan = (before_row, frame, head, as_snapshot)
-        return snapshot(head) if as_snapshot else frame
+        if not as_snapshot:
+            return frame
+        full = snapshot(head)
+        if frame.instance_saved_at:  # a batch: keep its changes, which the record hides
+            full = msgspec.structs.replace(
+                full, batch=frame.instances, instance_saved_at=frame.instance_saved_at
+            )
+        return full
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         assert self.plan is not None

@@ -113,6 +113,11 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="
     instances: tuple[InstanceChange, ...]
     next_fid: int
     compacted: Compacted | None = None  # set only on the first frame of a compacted stream
+    # Set when the save this snapshot stands for was a batch of ``save_instance`` calls: their
+    # changes in call order, with the time of each (as in ``Save``), which the full record no
+    # longer shows. The fold ignores them: ``instances`` already holds their outcome.
+    batch: tuple[InstanceChange, ...] = ()
+    instance_saved_at: tuple[float, ...] = ()
 
 
 class Tombstone(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="rm"):

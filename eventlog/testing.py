@@ -1094,6 +1094,31 @@ class CheckpointLogContract:
         report = cl.verify()
         assert report.ok, str(report)
 
+    def test_a_batch_written_as_a_snapshot_keeps_its_changes(self, opener: Opener) -> None:
+        cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
+        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 4)])
+        cl.save("a", base)
+        for i in (0, 1):  # large results: the next frame outweighs the first snapshot
+            big = random.Random(i).randbytes(1500).hex()  # does not compress away
+            cl.save_instance("a", "outer", i, done(big), namespace=NS, saved_at=2.0)
+        cl.flush()
+        cl.save_instance("a", "outer", 3, in_flight(pos("x", 1)), namespace=NS, saved_at=3.0)
+        cl.save_instance("a", "outer", 3, done(3), namespace=NS, saved_at=4.0)
+        cl.flush()
+        frames = [sf.frame for sf in cl.log.read_stream("a")]
+        assert [type(f).__name__ for f in frames] == ["Snapshot", "Save", "Snapshot"]
+        last = frames[-1]
+        assert [(c.index, c.progress.state) for c in last.batch] == [
+            (3, "in_flight"), (3, "completed")
+        ]  # fmt: skip
+        assert last.instance_saved_at == (3.0, 4.0)
+        head = cl.load("a")
+        assert head is not None
+        assert head.fan_out_progress[0].instances[3] == done(3)
+        assert_history_consistent(cl, "a")
+        report = cl.verify()
+        assert report.ok, str(report)
+
     def test_a_refused_instance_save_leaves_the_rest_of_its_batch(self, opener: Opener) -> None:
         cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
         base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 3)])

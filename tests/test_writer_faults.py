@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import itertools
 import random
 import threading
 from pathlib import Path
@@ -25,7 +24,7 @@ from backends.memory import MemoryBackend
 from backends.testing import FaultyBackend
 from eventlog.checkpoints import Checkpointer, CheckpointLog
 from eventlog.errors import BufferedLost, FlushFailed, LogClosed, StorageError, WriterFailed
-from eventlog.frames import Event
+from eventlog.frames import Event, InstanceChange, Snapshot
 from eventlog.log import EventLog
 from eventlog.records import (
     CheckpointRecord,
@@ -382,24 +381,29 @@ class _Oracle:
         for inv, issued in self.saves.items():
             committed = [h.record for h in log.history(inv)]
             _check_subsequence(committed, issued, inv)
-        records = [h.record for h in log.history("fan")]
         changed: dict[int, list[int]] = {}
-        for before, after in itertools.pairwise(records):
+        frames = [sf.frame for sf in log.log.read_stream("fan")]
+        records = [h.record for h in log.history("fan")]
+        for frame, before, after in zip(frames[1:], records[:-1], records[1:], strict=True):
             assert before is not None
             assert after is not None
-            diff = [
-                (i, b.result, a.result)
-                for i, (b, a) in enumerate(
-                    zip(
-                        before.fan_out_progress[0].instances,
-                        after.fan_out_progress[0].instances,
-                        strict=True,
+            # each frame is one whole instance save, or a batch of them in call order
+            batch = frame.batch if isinstance(frame, Snapshot) else frame.instances
+            if not batch:  # a snapshot of one instance save: the record shows its change
+                batch = tuple(
+                    InstanceChange(1, i, a)
+                    for i, (b, a) in enumerate(
+                        zip(
+                            before.fan_out_progress[0].instances,
+                            after.fan_out_progress[0].instances,
+                            strict=True,
+                        )
                     )
+                    if a != b
                 )
-                if a != b
-            ]
-            assert len(diff) == 1, diff  # each frame is one whole instance save
-            changed.setdefault(diff[0][0], []).append(diff[0][2])
+                assert len(batch) == 1, batch
+            for ch in batch:
+                changed.setdefault(ch.index, []).append(ch.progress.result)
         for index in set(changed) | set(self.instances):
             _check_subsequence(changed.get(index, []), self.instances.get(index, []), index)
         assert log.verify().ok
