@@ -83,13 +83,13 @@ from eventlog.materialized import (
     write_snapshot_mark,
 )
 from eventlog.records import (
-    NOT_STARTED,
     SAVE_KINDS,
     CheckpointFilter,
     CheckpointRecord,
     FanOutInstanceProgress,
     HistoryEntry,
     NodePosition,
+    is_not_started,
 )
 from projections.history import RecordDiff, diff_records, frame_diff, instance_counts, update_counts
 from projections.records import Head, apply_inplace, snapshot, to_record
@@ -930,14 +930,14 @@ class _RowCheck:
             want = slot.instances[index]
             if got != want:
                 name = slot.header.fan_out_node_name
+                a, b = _instances(got, want)
                 self.add(
-                    f"fan-out row {name!r}[{index}] is {got.state} "
-                    f"{_brief(got.result)}, the fold says {want.state} {_brief(want.result)}",
+                    f"fan-out row {name!r}[{index}] is {a}, the fold says {b}",
                     head.seq,
                 )
         for fid, slot in slots.items():
             for index, inst in enumerate(slot.instances):
-                if inst is not NOT_STARTED and inst != NOT_STARTED and (fid, index) not in seen:
+                if not is_not_started(inst) and (fid, index) not in seen:
                     name = slot.header.fan_out_node_name
                     self.add(f"fan-out row {name!r}[{index}] missing: the fold says {inst.state}")
 
@@ -950,6 +950,19 @@ class _RowCheck:
 def _brief(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _instances(got: FanOutInstanceProgress, want: FanOutInstanceProgress) -> tuple[str, str]:
+    """Two differing instances in a message: state and result, plus the error flags and inner
+    positions when those are what differs (two equal texts would hide the difference)."""
+    a, b = (f"{p.state} {_brief(p.result)}" for p in (got, want))
+    if a == b:
+        a, b = (
+            f"{p.state} {_brief(p.result)} (error={p.result_is_error}) with inner positions "
+            f"{_brief(p.completed_inner_positions)}"
+            for p in (got, want)
+        )
+    return a, b
 
 
 def _same_float(a: float, b: float) -> bool:
@@ -1489,7 +1502,7 @@ def _full_save(head: Head) -> Save:
             InstanceChange(s.header.fid, i, p)
             for s in head.slots
             for i, p in enumerate(s.instances)
-            if p != NOT_STARTED
+            if not is_not_started(p)
         ),
     )
 

@@ -23,7 +23,13 @@ import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.frames import FanOutHeader, Save
-from eventlog.records import NOT_STARTED, CheckpointSummary, FanOutInstanceProgress, NodePosition
+from eventlog.records import (
+    NOT_STARTED,
+    CheckpointSummary,
+    FanOutInstanceProgress,
+    NodePosition,
+    is_not_started,
+)
 from projections.records import Head, Slot
 
 HEADS: Final = "heads"
@@ -162,7 +168,7 @@ def write_save(
                 txn.delete_prefix(FANOUT, k + U32.pack(hd.fid))
     for ch in delta.instances:
         key = k + U32.pack(ch.fid) + U32.pack(ch.index)
-        if ch.progress == NOT_STARTED:
+        if is_not_started(ch.progress):
             txn.delete(FANOUT, key)
         else:
             txn.put(FANOUT, key, _enc.encode(ch.progress))
