@@ -557,7 +557,7 @@ class CheckpointLog:
         """:meth:`load`, or :data:`TOO_BIG` (nothing decoded) when rebuilding the head would
         read more than ``rows_max`` rows or state bytes over ``rows_max`` KiB."""
         with self.log.backend.read() as txn:
-            sid = self.log._stream_id(txn, invocation_id)
+            sid = self.log.stream_id(txn, invocation_id)
             if sid is None:
                 return None
             row = read_row(txn, sid)
@@ -591,7 +591,7 @@ class CheckpointLog:
         """
         key = (fan_out_node_name, tuple(namespace), lineage_from(lineage))
         with self.log.backend.read() as txn:
-            sid = self.log._stream_id(txn, invocation_id)
+            sid = self.log.stream_id(txn, invocation_id)
             row = None if sid is None else read_row(txn, sid)
             if sid is None or row is None:
                 return None
@@ -681,7 +681,7 @@ class CheckpointLog:
         if seq < 1:
             return None  # before the first frame nothing was saved
         with self.log.backend.read() as txn:
-            sid = self.log._stream_id(txn, invocation_id)
+            sid = self.log.stream_id(txn, invocation_id)
             if sid is None:
                 return None
             start = last_snapshot_at_or_before(txn, sid, seq)

@@ -41,6 +41,8 @@ from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
+from eventlog import views
+from eventlog.checkpoint_view import verify_rows
 from eventlog.codec import ZERO_CHECKSUM, Compressor, Serializer, read_header, seal
 from eventlog.errors import CheckpointError, CorruptFrame, NotALog, UnsupportedFormat
 from eventlog.frames import (
@@ -48,7 +50,6 @@ from eventlog.frames import (
     Compacted,
     Event,
     Frame,
-    InstanceChange,
     Save,
     Snapshot,
     Tombstone,
@@ -69,14 +70,12 @@ from eventlog.log import (
     VerifyReport,
 )
 from eventlog.materialized import (
-    BODIES,
-    BY_CORRELATION,
     FANOUT,
     HEADS,
-    POSITIONS,
     SNAPSHOTS,
     TABLES,
     HeadRow,
+    full_save,
     last_snapshot_at_or_before,
     read_row,
     write_save,
@@ -89,7 +88,6 @@ from eventlog.records import (
     FanOutInstanceProgress,
     HistoryEntry,
     NodePosition,
-    is_not_started,
 )
 from projections.history import RecordDiff, diff_records, frame_diff, instance_counts, update_counts
 from projections.records import Head, apply_inplace, snapshot, to_record
@@ -105,7 +103,6 @@ EXPORT_FORMATS: Final = ("jsonl", "jsonl-frames")
 PROGRESS_EVERY_FRAMES: Final = 4096
 COMPACT_BATCH_FRAMES: Final = 4096  # frames per write transaction of the compacted log
 COMPACT_BATCH_BYTES: Final = 32 << 20
-PROBLEMS_PER_STREAM_MAX: Final = 20  # materialized-row problems listed per stream, then a count
 DATA_FILE: Final = "data.mdb"
 LMDB_MAGIC: Final = 0xBEEFC0DE
 
@@ -211,7 +208,7 @@ def read_frames(
         read = 0
         try:
             with log.backend.read() as txn:
-                sid = log._stream_id(txn, stream)
+                sid = log.stream_id(txn, stream)
                 if sid is None:
                     return
                 stop = U64X2.pack(sid, to_seq + 1) if to_seq is not None else U64.pack(sid + 1)
@@ -325,7 +322,7 @@ def walk(
     start = 1
     if from_seq > 1:
         with log.backend.read() as txn:
-            sid = log._stream_id(txn, stream)
+            sid = log.stream_id(txn, stream)
             if sid is None:
                 return
             if _has_table(log, SNAPSHOTS):
@@ -816,243 +813,13 @@ def verify(
         report.problems.append(
             Problem("storage", f"the log's pages cannot be walked ({type(e).__name__}: {e})")
         )
-    try:
-        report.problems.extend(verify_materialized(cl, rows_progress))
-    except Exception as e:  # noqa: BLE001 - same: report, never crash the verifier
-        report.problems.append(
-            Problem(
-                "storage",
-                f"the materialized tables cannot be walked ({type(e).__name__}: {e})",
-            )
-        )
+    report.problems.extend(views.verify(cl.log, progress=rows_progress))
     return report
-
-
-class _RowCheck:
-    """Compare one stream's materialized rows with the fold of its frames (one read txn)."""
-
-    def __init__(self, txn: ReadTxn, stream: str, sid: int) -> None:
-        self.txn = txn
-        self.stream = stream
-        self.sid = sid
-        self.key = U64.pack(sid)
-        self.problems: list[Problem] = []
-        self.extra = 0
-
-    def add(self, detail: str, seq: int | None = None) -> None:
-        if len(self.problems) < PROBLEMS_PER_STREAM_MAX:
-            self.problems.append(Problem("projection", detail, self.stream, seq))
-        else:
-            self.extra += 1
-
-    def finish(self) -> list[Problem]:
-        if self.extra:
-            self.problems.append(
-                Problem("projection", f"... and {self.extra} more row problem(s)", self.stream)
-            )
-        return self.problems
-
-    def compare(self, head: Head | None, row: HeadRow | None, corr: set[str]) -> None:
-        if head is None:
-            if row is not None:
-                self.add("a head row exists, but the fold says deleted or never saved", row.seq)
-            self.leftovers()
-            if corr:
-                self.add(f"correlation index lists it under {sorted(corr)}, but it has no head")
-            return
-        if row is None:
-            self.add(f"head row missing: the fold has a record at seq {head.seq}", head.seq)
-            return
-        self.fields(head, row)
-        self.bodies(head)
-        self.positions(head)
-        self.fan_out_rows(head)
-        if corr != {head.correlation_id}:
-            self.add(
-                f"correlation index lists it under {sorted(corr)}, expected "
-                f"[{head.correlation_id!r}]"
-            )
-
-    def fields(self, head: Head, row: HeadRow) -> None:
-        expected = {
-            "invocation_id": head.invocation_id,
-            "correlation_id": head.correlation_id,
-            "schema_version": head.schema_version,
-            "kind": head.kind,
-            "seq": head.seq,
-            "positions_count": len(head.positions),
-            "layout": tuple(s.header for s in head.slots),
-            "next_fid": head.next_fid,
-        }
-        for name, want in expected.items():
-            got = getattr(row, name)
-            if got != want:
-                self.add(f"head row {name} is {got!r}, the fold says {want!r}", head.seq)
-        if not _same_float(row.last_saved_at, head.last_saved_at):
-            self.add(
-                f"head row last_saved_at is {row.last_saved_at!r}, the fold says "
-                f"{head.last_saved_at!r}",
-                head.seq,
-            )
-
-    def bodies(self, head: Head) -> None:
-        for suffix, name, want in (
-            (b"s", "state", head.state),
-            (b"p", "parent states", head.parent_states),
-        ):
-            got = self.txn.get(BODIES, self.key + suffix) or (
-                b"\xc0" if suffix == b"s" else b"\x90"
-            )
-            if got != want:
-                self.add(f"materialized {name} differ from the fold's", head.seq)
-
-    def positions(self, head: Head) -> None:
-        rows = list(self.txn.scan_prefix(POSITIONS, self.key))
-        if len(rows) != len(head.positions):
-            self.add(f"{len(rows)} position rows, the fold has {len(head.positions)}", head.seq)
-        for (k, v), want in zip(rows, head.positions, strict=False):
-            index = _U32.unpack_from(k, 8)[0]
-            got = _dec_pos.decode(v)
-            if got != want:
-                self.add(f"position row {index} is {got!r}, the fold says {want!r}", head.seq)
-
-    def fan_out_rows(self, head: Head) -> None:
-        slots = {s.header.fid: s for s in head.slots}
-        seen: set[tuple[int, int]] = set()
-        for k, v in self.txn.scan_prefix(FANOUT, self.key):
-            fid, index = _U32.unpack_from(k, 8)[0], _U32.unpack_from(k, 12)[0]
-            slot = slots.get(fid)
-            if slot is None or index >= slot.header.instance_count:
-                self.add(f"fan-out row (fan-out id {fid}, index {index}) belongs to no fan-out")
-                continue
-            seen.add((fid, index))
-            got = _dec_inst.decode(v)
-            want = slot.instances[index]
-            if got != want:
-                name = slot.header.fan_out_node_name
-                a, b = _instances(got, want)
-                self.add(
-                    f"fan-out row {name!r}[{index}] is {a}, the fold says {b}",
-                    head.seq,
-                )
-        for fid, slot in slots.items():
-            for index, inst in enumerate(slot.instances):
-                if not is_not_started(inst) and (fid, index) not in seen:
-                    name = slot.header.fan_out_node_name
-                    self.add(f"fan-out row {name!r}[{index}] missing: the fold says {inst.state}")
-
-    def leftovers(self) -> None:
-        for table in (POSITIONS, FANOUT, BODIES):
-            for _ in self.txn.scan_prefix(table, self.key, limit=1):
-                self.add(f"rows left in {table!r} for a stream with no head")
-
-
-def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _instances(got: FanOutInstanceProgress, want: FanOutInstanceProgress) -> tuple[str, str]:
-    """Two differing instances in a message: state and result, plus the error flags and inner
-    positions when those are what differs (two equal texts would hide the difference)."""
-    a, b = (f"{p.state} {_brief(p.result)}" for p in (got, want))
-    if a == b:
-        a, b = (
-            f"{p.state} {_brief(p.result)} (error={p.result_is_error}) with inner positions "
-            f"{_brief(p.completed_inner_positions)}"
-            for p in (got, want)
-        )
-    return a, b
-
-
-def _same_float(a: float, b: float) -> bool:
-    return a == b or (math.isnan(a) and math.isnan(b))  # an unchanged NaN is no problem
 
 
 def verify_materialized(cl: CheckpointLog, progress: Progress | None = None) -> list[Problem]:
     """Every materialized row against the fold of its stream's frames, in one read txn."""
-    log = cl.log
-    problems: list[Problem] = []
-    with log.backend.read() as txn:
-        total = txn.count(LOG)
-        names = {
-            U64.unpack(k)[0]: v.decode("utf-8", "surrogatepass") for k, v in txn.scan(STREAM_NAMES)
-        }
-        heads: dict[int, HeadRow | None] = {}
-        for k, v in txn.scan(HEADS):
-            sid = U64.unpack(k)[0]
-            try:
-                heads[sid] = _dec_row.decode(v)
-            except msgspec.DecodeError as e:
-                heads[sid] = None
-                problems.append(
-                    Problem("projection", f"head row does not decode: {e}", names.get(sid))
-                )
-        marks: dict[int, set[int]] = {}
-        for k, _ in txn.scan(SNAPSHOTS):
-            marks.setdefault(U64.unpack_from(k)[0], set()).add(U64.unpack_from(k, 8)[0])
-        corr: dict[int, set[str]] = {}
-        for k, _ in txn.scan(BY_CORRELATION):
-            n = _U16.unpack_from(k)[0]
-            corr.setdefault(U64.unpack_from(k, 2 + n)[0], set()).add(
-                k[2 : 2 + n].decode("utf-8", "surrogatepass")
-            )
-        done = 0
-        for sid, stream in names.items():
-            head, snapshots, failure, frames = _fold_in_txn(log, txn, sid, stream)
-            done += frames
-            if progress is not None:
-                progress(done, total)
-            row = heads.pop(sid, None)
-            marked = marks.pop(sid, set())
-            indexed = corr.pop(sid, set())
-            if failure is not None:
-                problems.append(failure)
-                continue
-            check = _RowCheck(txn, stream, sid)
-            if head is not None or row is not None or snapshots or marked or indexed:
-                check.compare(head, row, indexed)
-            for seq in sorted(marked - snapshots):
-                check.add(f"snapshot mark at seq {seq}, but that frame is not a snapshot", seq)
-            for seq in sorted(snapshots - marked):
-                check.add(f"snapshot frame at seq {seq} has no snapshot mark", seq)
-            problems.extend(check.finish())
-        orphans = [f"a head row for stream id {sid}" for sid in heads]
-        orphans += [f"snapshot marks for stream id {sid}" for sid in marks]
-        orphans += [
-            f"correlation index entries {sorted(c)} for stream id {sid}" for sid, c in corr.items()
-        ]
-        problems.extend(Problem("projection", f"{o}, which has no frames") for o in orphans)
-    return problems
-
-
-def _fold_in_txn(
-    log: EventLog, txn: ReadTxn, sid: int, stream: str
-) -> tuple[Head | None, set[int], Problem | None, int]:
-    """``(head, snapshot seqs, problem, frames)``: the fold of one stream inside ``txn``."""
-    head: Head | None = None
-    snapshots: set[int] = set()
-    frames = 0
-    for key, gkey in txn.scan_prefix(STREAMS, U64.pack(sid)):
-        frames += 1
-        seq = U64X2.unpack(key)[1]
-        data = txn.get(LOG, gkey)
-        try:
-            if data is None:
-                raise CorruptFrame("the frame is missing from the log")
-            _, frame = log.decode_envelope(data)
-            if not isinstance(frame, RECORD_FRAMES):
-                continue
-            if isinstance(frame, Snapshot):
-                snapshots.add(seq)
-            head = apply_inplace(head, frame, seq, stream)
-        except (CheckpointError, KeyError, IndexError, TypeError) as e:
-            detail = (
-                f"the head cannot be rebuilt from the frames: seq {seq} is unreadable or does "
-                f"not apply ({e}); the problems above locate the damage"
-            )
-            return None, snapshots, Problem("projection", detail, stream, seq), frames
-    return head, snapshots, None, frames
+    return verify_rows(cl.log, progress)
 
 
 # -- stats -------------------------------------------------------------------------------------
@@ -1261,7 +1028,8 @@ class _Src:
     last: int  # the stream's last seq in the source
     record_last: int = 0  # the seq of its head row (its last save): events may follow it
     start: int = 0  # the first seq kept (0: not decided yet)
-    events: bool = False  # an application-event stream: copied whole
+    events: bool = False  # copied whole: application events, or a stream of another view
+    view: views.View | None = None  # the view (not the checkpoint one) keeping its rows
     dropped: bool = False
     tail: tuple[int, bytes] = (0, ZERO_CHECKSUM)  # the source chain so far
     last_snapshot: int = 1  # newest source snapshot seq seen: where folds start
@@ -1283,6 +1051,7 @@ class _Out:
     new_stream: bool
     snapshot: bool
     head: Head | None = None  # set on a stream's last frame: its materialized rows
+    frame: Any = None  # the frame, when ``src.view`` applies it
 
 
 class _Compactor:
@@ -1354,19 +1123,23 @@ class _Compactor:
         s.tail = (env.seq, env.checksum)
         seq = env.seq
         if seq == 1:
-            if not isinstance(frame, (*RECORD_FRAMES, Event)):
+            view = views.claiming(s.name, frame)
+            if view is None and not isinstance(frame, Event):
                 raise CompactionError(
-                    f"stream {s.name!r} holds {_frame_kind(frame)} frames, written by another "
-                    "integration that keeps its own materialized tables, which compaction here "
-                    "would not rebuild; use that integration's own retention for this log"
+                    f"stream {s.name!r} holds {_frame_kind(frame)} frames, which no registered "
+                    "view (eventlog.views.REGISTRY) claims, so compaction cannot rebuild their "
+                    "rows; register the view, or use its own retention for this log"
                 )
-            s.events = isinstance(frame, Event)
+            if view is not None and view is not views.CHECKPOINTS:
+                self.dest.backend.add_tables(view.tables, create=True)
+                s.view = view
+            s.events = view is not views.CHECKPOINTS
         if isinstance(frame, Snapshot):
             s.last_snapshot = seq
         if s.dropped or seq > s.last:
             return
         if s.events:
-            self.copy(s, env.payload, env.flags, env.dict_id, snapshot=False)
+            self.copy(s, env.payload, env.flags, env.dict_id, snapshot=False, frame=frame)
             return
         if s.start <= 0:
             if not self.starts_here(s, seq, frame):
@@ -1393,8 +1166,9 @@ class _Compactor:
             return
         last = self.fold(s, seq) if seq == s.record_last else None
         self.copy(
-            s, env.payload, env.flags, env.dict_id, snapshot=isinstance(frame, Snapshot), head=last
-        )
+            s, env.payload, env.flags, env.dict_id, snapshot=isinstance(frame, Snapshot),
+            head=last, frame=frame,
+        )  # fmt: skip
 
     def starts_here(self, s: _Src, seq: int, frame: Any) -> bool:
         if s.start == -1 or seq == s.record_last:
@@ -1426,6 +1200,7 @@ class _Compactor:
         *,
         snapshot: bool,
         head: Head | None = None,
+        frame: Any = None,
     ) -> None:
         new_stream = s.dest_sid == 0
         if new_stream:
@@ -1444,11 +1219,13 @@ class _Compactor:
         s.dest_prev = checksum
         if snapshot:
             s.snapshot_seq, s.snapshot_bytes, s.chain_bytes = s.dest_seq, len(envelope), 0
-        else:
-            s.chain_bytes += len(envelope)
+        elif frame is None or isinstance(frame, CHECKPOINT_FRAMES):
+            s.chain_bytes += len(envelope)  # as the writer counts: checkpoint frames only
         if head is not None:
             head.seq = s.dest_seq
-        self.batch.append(_Out(s, envelope, s.dest_seq, new_stream, snapshot, head))
+        self.batch.append(
+            _Out(s, envelope, s.dest_seq, new_stream, snapshot, head, frame if s.view else None)
+        )
         self.batch_bytes += len(envelope)
         if len(self.batch) >= COMPACT_BATCH_FRAMES or self.batch_bytes >= COMPACT_BATCH_BYTES:
             self.flush()
@@ -1474,10 +1251,14 @@ class _Compactor:
                 txn.put(STREAMS, U64X2.pack(o.src.dest_sid, o.seq), U64.pack(gseq))
                 if o.snapshot and not o.src.events:
                     write_snapshot_mark(txn, o.src.dest_sid, o.seq)
+                if o.src.view is not None:
+                    o.src.view.apply(
+                        txn, o.src.name, o.src.dest_sid, o.seq, o.frame, len(o.envelope)
+                    )
             for dest_sid, head, snap_seq, chain, snap_bytes in rows:
                 assert head is not None
                 write_save(
-                    txn, dest_sid, None, _full_save(head), head,
+                    txn, dest_sid, None, full_save(head), head,
                     snapshot_seq=snap_seq, chain_bytes=chain, snapshot_bytes=snap_bytes,
                 )  # fmt: skip
 
@@ -1485,26 +1266,6 @@ class _Compactor:
         self.next_gseq += len(batch)
         self.report_frames += len(batch)
         self.batch, self.batch_bytes = [], 0
-
-
-def _full_save(head: Head) -> Save:
-    """A delta from nothing to ``head``: every row of it gets written."""
-    return Save(
-        kind=head.kind,
-        saved_at=head.last_saved_at,
-        correlation_id=head.correlation_id,
-        schema_version=head.schema_version,
-        state=head.state,
-        parent_states=head.parent_states,
-        positions_from=0,
-        positions=tuple(head.positions),
-        instances=tuple(
-            InstanceChange(s.header.fid, i, p)
-            for s in head.slots
-            for i, p in enumerate(s.instances)
-            if not is_not_started(p)
-        ),
-    )
 
 
 def check_dest(dest: str | os.PathLike[str], source_location: str) -> Path:
@@ -1598,7 +1359,7 @@ def provenance(cl: CheckpointLog, invocation_id: str) -> list[Provenance]:
     origin: Compacted | None = None
     prev = b""
     with cl.log.backend.read() as txn:
-        sid = cl.log._stream_id(txn, invocation_id)
+        sid = cl.log.stream_id(txn, invocation_id)
         if sid is None:
             return out
         for key, gkey in txn.scan_prefix(STREAMS, U64.pack(sid)):

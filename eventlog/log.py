@@ -902,7 +902,9 @@ class EventLog:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _stream_id(self, txn: ReadTxn, stream: str) -> int | None:
+    def stream_id(self, txn: ReadTxn, stream: str) -> int | None:
+        """The u64 id ``stream`` is interned to (the first 8 bytes of every key a view keeps
+        for it), read in ``txn``; ``None`` when the stream has no frames."""
         sid = self._ids.get(stream)
         if sid is not None:
             return sid
@@ -949,7 +951,7 @@ class EventLog:
     def last_seq(self, stream: str) -> int:
         """The seq of the newest committed frame of ``stream`` (0 when it has none)."""
         with self.backend.read() as txn:
-            sid = self._stream_id(txn, stream)
+            sid = self.stream_id(txn, stream)
             return 0 if sid is None else _last_seq(txn, sid)
 
     def read_stream(
@@ -960,7 +962,7 @@ class EventLog:
         while True:
             chunk: list[StoredFrame[Any]] = []
             with self.backend.read() as txn:
-                sid = self._stream_id(txn, stream)
+                sid = self.stream_id(txn, stream)
                 if sid is None:
                     return
                 stop = U64X2.pack(sid, to_seq + 1) if to_seq is not None else _u64(sid + 1)

@@ -22,7 +22,7 @@ from typing import Final
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
-from eventlog.frames import FanOutHeader, Save
+from eventlog.frames import FanOutHeader, InstanceChange, Save
 from eventlog.records import (
     NOT_STARTED,
     CheckpointSummary,
@@ -192,6 +192,26 @@ def write_save(
     )
     txn.put(HEADS, k, _enc.encode(row))
     return row
+
+
+def full_save(head: Head) -> Save:
+    """A delta from nothing to ``head``: every row of it gets written."""
+    return Save(
+        kind=head.kind,
+        saved_at=head.last_saved_at,
+        correlation_id=head.correlation_id,
+        schema_version=head.schema_version,
+        state=head.state,
+        parent_states=head.parent_states,
+        positions_from=0,
+        positions=tuple(head.positions),
+        instances=tuple(
+            InstanceChange(s.header.fid, i, p)
+            for s in head.slots
+            for i, p in enumerate(s.instances)
+            if not is_not_started(p)
+        ),
+    )
 
 
 def write_snapshot_mark(txn: WriteTxn, sid: int, seq: int) -> None:

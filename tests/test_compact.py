@@ -258,8 +258,10 @@ def test_compacting_a_compacted_log(source: Path, tmp_path: Path) -> None:
                 assert all(mid_sums[p.original_seq] == p.original_checksum for p in prov)
 
 
-def test_other_integrations_streams_are_refused(source: Path, tmp_path: Path) -> None:
-    """A LangGraph stream keeps its own tables, which compaction here would not rebuild."""
+def test_frames_no_view_claims_are_refused(source: Path, tmp_path: Path) -> None:
+    """LangGraph frames in a stream whose key is not a LangGraph key: no registered view
+    claims them, so compaction could not rebuild their rows (LangGraph streams themselves are
+    compacted: tests/test_views.py)."""
     from eventlog.frames import LgRemove  # noqa: PLC0415
 
     with CheckpointLog.open(source) as cl:
@@ -269,7 +271,7 @@ def test_other_integrations_streams_are_refused(source: Path, tmp_path: Path) ->
         CheckpointLog.open(source, readonly=True) as src,
         pytest.raises(
             forensics.CompactionError,
-            match=r"stream 'lg:thread' holds lg_remove frames, written by another integration",
+            match=r"stream 'lg:thread' holds lg_remove frames, which no registered view",
         ),
     ):
         src.compact(dest)

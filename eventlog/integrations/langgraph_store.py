@@ -39,7 +39,7 @@ import operator
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -58,7 +58,16 @@ from eventlog.frames import (
     LgRemove,
     LgWrites,
 )
-from eventlog.log import LOG, STREAM_NAMES, STREAMS, Appended, DeferredFrame, EventLog, Problem
+from eventlog.log import (
+    LOG,
+    STREAM_NAMES,
+    STREAMS,
+    Appended,
+    DeferredFrame,
+    EventLog,
+    Problem,
+    StoredFrame,
+)
 from projections.langgraph import (
     CkptRow,
     StreamView,
@@ -794,3 +803,41 @@ def verify_views(log: EventLog) -> list[Problem]:
                     )
                 )
     return problems
+
+
+# -- the view (eventlog.views.View) ------------------------------------------------------------
+
+
+class LangGraphView:
+    """LangGraph's materialized view: checkpoints, blob and write indexes, threads and runs of
+    every ``lg:`` stream, kept by :func:`apply_rows` (the same function the writer runs)."""
+
+    name: Final = "langgraph"
+    tables: Final = TABLES
+
+    def claims(self, stream: str, first: Any) -> bool:
+        return parse_stream_key(stream) is not None and isinstance(
+            first, (LgCheckpoint, LgWrites, LgRemove)
+        )
+
+    def apply(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int, frame: Any, stored_bytes: int
+    ) -> None:
+        parsed = parse_stream_key(stream)
+        if parsed is None:
+            raise CorruptFrame(f"{stream!r} is not a LangGraph stream key", stream=stream)
+        apply_rows(txn, sid, seq, frame, thread_key(*parsed))
+
+    def rebuild_stream(
+        self, txn: WriteTxn, stream: str, sid: int, frames: Iterable[StoredFrame[Any]]
+    ) -> None:
+        for sf in frames:
+            self.apply(txn, stream, sid, sf.seq, sf.frame, sf.stored_bytes)
+
+    def verify(
+        self, log: EventLog, progress: Callable[[int, int], None] | None = None
+    ) -> list[Problem]:
+        return verify_views(log)
+
+
+VIEW: Final = LangGraphView()
