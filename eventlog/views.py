@@ -125,7 +125,9 @@ def rebuild(log: EventLog, views: Iterable[View] | None = None) -> dict[str, int
     """Recreate every view's rows from the frames alone, in one write transaction; returns
     how many streams each view now holds rows for. ``views``: those to rebuild (default:
     every registered view whose tables the log holds; a view asked for explicitly gets its
-    tables created). Other processes may keep writing: the transaction excludes them."""
+    tables created). Other processes may keep writing: the transaction excludes them. The
+    rows it writes equal the fold the writers' rows already equal, so their cached heads stay
+    valid; to repair damaged rows, close the writers of this process first."""
     if views is None:
         chosen = present(log)
     else:
