@@ -15,7 +15,6 @@ Invariants:
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -24,7 +23,10 @@ import msgspec
 from backends.base import ReadTxn, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import CHECKPOINT_FRAMES, Save, Snapshot, Tombstone
-from eventlog.log import LOG, STREAM_NAMES, STREAMS, U64, U64X2, EventLog, Problem, StoredFrame
+from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.layout import U16 as _U16
+from eventlog.layout import U32 as _U32
+from eventlog.log import EventLog, Problem, StoredFrame
 from eventlog.materialized import (
     BODIES,
     BY_CORRELATION,
@@ -46,8 +48,6 @@ from projections.records import Head, apply_inplace
 
 PROBLEMS_PER_STREAM_MAX: Final = 20  # materialized-row problems listed per stream, then a count
 
-_U32: Final = struct.Struct(">I")
-_U16: Final = struct.Struct(">H")
 _dec_row = msgspec.msgpack.Decoder(HeadRow)
 _dec_pos = msgspec.msgpack.Decoder(NodePosition)
 _dec_inst = msgspec.msgpack.Decoder(FanOutInstanceProgress)

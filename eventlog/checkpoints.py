@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import struct
 import threading
 import time
 import warnings
@@ -42,6 +41,7 @@ from backends.base import Backend, Durability, WriteTxn
 from eventlog.codec import encode_value
 from eventlog.errors import DamagedRowSkipped, InvalidRecord, InvalidStreamKey
 from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, InstanceChange, Save, Tombstone
+from eventlog.layout import U64
 from eventlog.log import Appended, DeferredFrame, EventLog, Stats, VerifyReport, stream_key_bytes
 from eventlog.materialized import (
     BY_CORRELATION,
@@ -105,7 +105,6 @@ class _TooBig:
 TOO_BIG: Final = _TooBig()
 
 U64_LEN = 8
-U64_KEY: Final = struct.Struct(">Q")
 
 
 class _HeadFrame(DeferredFrame):
@@ -621,7 +620,7 @@ class CheckpointLog:
                 raws = ((int.from_bytes(k, "big"), v) for k, v in txn.scan(HEADS))
             else:
                 raws = (
-                    (sid, txn.get(HEADS, U64_KEY.pack(sid)))
+                    (sid, txn.get(HEADS, U64.pack(sid)))
                     for sid in (
                         int.from_bytes(key[-U64_LEN:], "big")
                         for key, _ in txn.scan_prefix(BY_CORRELATION, corr_prefix(corr))
@@ -634,7 +633,7 @@ class CheckpointLog:
                     rows.append(decode_row(raw))
                 except msgspec.DecodeError:
                     damaged.append(sid)
-            names = [self.log._name(txn, sid) for sid in damaged]
+            names = [self.log.stream_name(txn, sid) for sid in damaged]
         for name in names:
             warnings.warn(
                 f"list() skipped invocation {name!r}: its head row does not decode (written "

@@ -54,21 +54,8 @@ from eventlog.frames import (
     Snapshot,
     Tombstone,
 )
-from eventlog.log import (
-    CORE_TABLES,
-    LOG,
-    META,
-    READ_CHUNK_FRAMES,
-    STREAM_IDS,
-    STREAM_NAMES,
-    STREAMS,
-    U64,
-    U64X2,
-    EventLog,
-    Problem,
-    StoredFrame,
-    VerifyReport,
-)
+from eventlog.layout import CORE_TABLES, LOG, META, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.log import READ_CHUNK_FRAMES, EventLog, Problem, StoredFrame, VerifyReport
 from eventlog.materialized import (
     FANOUT,
     HEADS,
@@ -106,8 +93,6 @@ COMPACT_BATCH_BYTES: Final = 32 << 20
 DATA_FILE: Final = "data.mdb"
 LMDB_MAGIC: Final = 0xBEEFC0DE
 
-_U32: Final = struct.Struct(">I")
-_U16: Final = struct.Struct(">H")
 _dec_row = msgspec.msgpack.Decoder(HeadRow)
 _dec_pos = msgspec.msgpack.Decoder(NodePosition)
 _dec_inst = msgspec.msgpack.Decoder(FanOutInstanceProgress)
@@ -259,7 +244,7 @@ def _read_one(
         out.append(Unreadable(stream, seq, seq, "missing", detail, gseq))
         return None
     try:
-        sf = log._stored(stream, gseq, data, (sid, seq))
+        sf = log.decode_stored(stream, gseq, data, (sid, seq))
     except (CorruptFrame, UnsupportedFormat) as e:
         out.append(Unreadable(stream, seq, seq, "damaged", str(e), gseq))
         return None
@@ -1059,11 +1044,9 @@ class _Compactor:
         self.src = source.log
         self.dest = dest.log
         self.policy = pol
-        self.chain_key = self.src._chain_key
+        self.chain_key = self.src.chain_key
         self.serializer: Serializer[Any] = Serializer(Frame)
-        self.compressor = Compressor(
-            threshold_bytes=int(self.dest._settings["compress_threshold_bytes"])
-        )
+        self.compressor = Compressor(threshold_bytes=self.dest.compress_threshold_bytes)
         self.streams: dict[int, _Src] = {}
         self.next_sid = 1
         self.next_gseq = 1
@@ -1313,8 +1296,8 @@ def compact(
         out = CheckpointLog.open(
             path,
             durability="process",
-            chain_key=cl.log._chain_key,
-            compress_threshold_bytes=int(cl.log._settings["compress_threshold_bytes"]),
+            chain_key=cl.log.chain_key,
+            compress_threshold_bytes=cl.log.compress_threshold_bytes,
             frame_bytes_max=cl.log.frame_bytes_max,
         )
         try:
@@ -1379,7 +1362,7 @@ def provenance(cl: CheckpointLog, invocation_id: str) -> list[Provenance]:
             original_seq = origin.seq + seq - 1
             _, prev = seal(
                 origin.stream_id, original_seq, prev, env.payload, flags=env.flags,
-                dict_id=env.dict_id, chain_key=cl.log._chain_key,
+                dict_id=env.dict_id, chain_key=cl.log.chain_key,
             )  # fmt: skip
             out.append(Provenance(seq, original_seq, prev))
     return out

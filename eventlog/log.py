@@ -32,7 +32,6 @@ import contextlib
 import errno
 import json
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -70,21 +69,12 @@ from eventlog.errors import (
     WriterFailed,
 )
 from eventlog.frames import Event, Frame
+from eventlog.layout import CORE_TABLES, LOG, META, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
 from eventlog.validate import check_event
-
-LOG: Final = "log"
-STREAMS: Final = "streams"
-STREAM_IDS: Final = "stream_ids"
-STREAM_NAMES: Final = "stream_names"
-META: Final = "meta"
-CORE_TABLES: Final = (LOG, STREAMS, STREAM_IDS, STREAM_NAMES, META)
 
 FRAME_BYTES_MAX: Final = 64 << 20  # 64 MiB per frame, stored size including the header
 BATCH_FRAMES_MAX: Final = 4096  # frames in one group commit
 READ_CHUNK_FRAMES: Final = 1024  # frames read per read transaction when iterating
-
-U64: Final = struct.Struct(">Q")
-U64X2: Final = struct.Struct(">QQ")
 
 F = TypeVar("F")
 
@@ -900,6 +890,24 @@ class EventLog:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve_aio, items)
 
+    # -- settings other modules read (compaction, verify, forensics) ---------------------------
+
+    @property
+    def chain_key(self) -> bytes:
+        """The key of the envelopes' chain hash (``b""``: unkeyed); a copy of the log that
+        keeps the original checksums must seal with it."""
+        return self._chain_key
+
+    @property
+    def compressor(self) -> Compressor:
+        """How payloads are compressed and decompressed (the log's stored threshold)."""
+        return self._compressor
+
+    @property
+    def compress_threshold_bytes(self) -> int:
+        """Payloads at least this long are compressed (stored in the ``meta`` row)."""
+        return int(self._settings["compress_threshold_bytes"])
+
     # -- reading -------------------------------------------------------------------------------
 
     def stream_id(self, txn: ReadTxn, stream: str) -> int | None:
@@ -911,7 +919,8 @@ class EventLog:
         raw = txn.get(STREAM_IDS, stream_key_bytes(stream, self._max_key))
         return None if raw is None else U64.unpack(raw)[0]
 
-    def _name(self, txn: ReadTxn, sid: int) -> str:
+    def stream_name(self, txn: ReadTxn, sid: int) -> str:
+        """The key of stream id ``sid``, read in ``txn`` (cached)."""
         name = self._names.get(sid)
         if name is None:
             raw = txn.get(STREAM_NAMES, _u64(sid))
@@ -924,10 +933,12 @@ class EventLog:
         raw = self._compressor.decompress(env.payload, env.flags, max_bytes=self.frame_bytes_max)
         return env, self._serializer.decode(raw)
 
-    def _stored(
+    def decode_stored(
         self, stream: str, gseq: int, data: bytes, where: tuple[int, int] | None = None
     ) -> StoredFrame[Any]:
-        """Decode a stored frame; ``where`` is the (stream id, seq) the index says it is."""
+        """The frame stored as ``data`` at log #``gseq`` of ``stream``, checksum verified;
+        ``where``: the (stream id, seq) the index says it is (checked). Raises
+        :class:`~eventlog.errors.CorruptFrame` naming the stream and seq."""
         try:
             env, frame = self.decode_envelope(data)
         except CorruptFrame as e:
@@ -978,7 +989,7 @@ class EventLog:
                             stream=stream,
                             seq=seq,
                         )
-                    sf = self._stored(stream, U64.unpack(gkey)[0], data, U64X2.unpack(key))
+                    sf = self.decode_stored(stream, U64.unpack(gkey)[0], data, U64X2.unpack(key))
                     if sf.seq != next_seq or (chunk and _prev_of(data) != chunk[-1].checksum):
                         raise CorruptFrame(
                             f"stream {stream!r}: expected seq {next_seq} chained to the frame "
@@ -1008,7 +1019,7 @@ class EventLog:
                 for gkey, data in txn.scan(LOG, _u64(after + 1), limit=READ_CHUNK_FRAMES):
                     gseq = U64.unpack(gkey)[0]
                     sid = read_header(data)[3]
-                    chunk.append(self._stored(self._name(txn, sid), gseq, data))
+                    chunk.append(self.decode_stored(self.stream_name(txn, sid), gseq, data))
             yield from chunk
             if len(chunk) < READ_CHUNK_FRAMES:
                 return

@@ -16,13 +16,13 @@ Invariants:
 
 from __future__ import annotations
 
-import struct
 from typing import Final
 
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.frames import FanOutHeader, InstanceChange, Save
+from eventlog.layout import U16, U32, U64
 from eventlog.records import (
     NOT_STARTED,
     CheckpointSummary,
@@ -39,10 +39,6 @@ FANOUT: Final = "fanout"
 BY_CORRELATION: Final = "by_correlation"
 SNAPSHOTS: Final = "snapshots"
 TABLES: Final = (HEADS, BODIES, POSITIONS, FANOUT, BY_CORRELATION, SNAPSHOTS)
-
-U64: Final = struct.Struct(">Q")
-U32: Final = struct.Struct(">I")
-U16: Final = struct.Struct(">H")
 
 
 class HeadRow(msgspec.Struct, frozen=True, array_like=True):

@@ -21,7 +21,8 @@ from eventlog.errors import CheckpointError, CorruptFrame, UnsupportedFormat
 if TYPE_CHECKING:
     from eventlog.log import EventLog
 
-from eventlog.log import LOG, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2, Problem, VerifyReport
+from eventlog.layout import LOG, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.log import Problem, VerifyReport
 
 PROGRESS_EVERY_FRAMES = 10_000
 
@@ -59,8 +60,8 @@ class _Walk:
 
     def frames(self, total: int, progress: Callable[[int, int], None] | None) -> None:
         tails: dict[int, tuple[int, bytes | None]] = {}  # None: checksum unknown (damaged)
-        chain_key = self.log._chain_key
-        compressor = self.log._compressor
+        chain_key = self.log.chain_key
+        compressor = self.log.compressor
         for n, (gkey, data) in enumerate(self.txn.scan(LOG), 1):
             gseq = U64.unpack(gkey)[0]
             self.report.frames += 1

@@ -30,7 +30,8 @@ from eventlog.checkpoint_view import VIEW as CHECKPOINTS
 from eventlog.integrations.apflow import VIEW as APFLOW
 from eventlog.integrations.langgraph_store import VIEW as LANGGRAPH
 from eventlog.integrations.techrevati_store import VIEW as TECHREVATI
-from eventlog.log import LOG, STREAM_NAMES, STREAMS, U64, U64X2, EventLog, Problem, StoredFrame
+from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.log import EventLog, Problem, StoredFrame
 
 __all__ = [
     "APFLOW",

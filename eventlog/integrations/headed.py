@@ -15,18 +15,16 @@ Invariants:
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.errors import CheckpointError
 from eventlog.frames import Event
+from eventlog.layout import U64
 from eventlog.log import EventLog, Problem, StoredFrame
-
-U64: Final = struct.Struct(">Q")
 
 H = TypeVar("H", bound=msgspec.Struct)
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import collections
 import operator
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -58,10 +57,8 @@ from eventlog.frames import (
     LgRemove,
     LgWrites,
 )
+from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U16, U32, U64, U64X2, s16, utf8
 from eventlog.log import (
-    LOG,
-    STREAM_NAMES,
-    STREAMS,
     Appended,
     DeferredFrame,
     EventLog,
@@ -105,11 +102,6 @@ class Serde(Protocol):
     def loads_typed(self, data: tuple[str, bytes]) -> Any: ...
 
 
-U64: Final = struct.Struct(">Q")
-U32: Final = struct.Struct(">I")
-U16: Final = struct.Struct(">H")
-U64X2: Final = struct.Struct(">QQ")
-
 _enc = msgspec.msgpack.Encoder()
 _dec_ckpt = msgspec.msgpack.Decoder(CkptRow)
 _dec_write = msgspec.msgpack.Decoder(WriteRow)
@@ -118,13 +110,8 @@ _dec_write = msgspec.msgpack.Decoder(WriteRow)
 # -- keys ------------------------------------------------------------------------------------
 
 
-def _utf8(s: str) -> bytes:
-    return s.encode("utf-8", "surrogatepass")
-
-
-def _s16(s: str) -> bytes:
-    raw = _utf8(s)
-    return U16.pack(len(raw)) + raw
+_utf8 = utf8
+_s16 = s16
 
 
 def stream_key(thread_id: str, checkpoint_ns: str) -> str:

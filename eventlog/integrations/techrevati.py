@@ -48,7 +48,6 @@ from backends.base import Backend, Durability, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame, InvalidRecord, InvalidType
 from eventlog.frames import Event
 from eventlog.integrations.techrevati_store import (
-    _U64,
     CHECKPOINT,
     DELETE,
     STEP,
@@ -63,6 +62,7 @@ from eventlog.integrations.techrevati_store import (
     _step_digest,
     _steps_prefix,
 )
+from eventlog.layout import U64 as _U64
 from eventlog.log import (
     Appended,
     DeferredFrame,

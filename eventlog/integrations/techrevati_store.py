@@ -7,7 +7,6 @@ saver on it; compaction, ``rebuild`` and ``verify`` use :data:`VIEW` without the
 from __future__ import annotations
 
 import hashlib
-import struct
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -18,6 +17,7 @@ from backends.base import WriteTxn
 from eventlog.errors import CorruptFrame
 from eventlog.frames import Event
 from eventlog.integrations.headed import HeadedEventView
+from eventlog.layout import U64 as _U64
 from eventlog.log import StoredFrame
 
 TABLE: Final = "techrevati"
@@ -29,7 +29,6 @@ DELETE: Final = "techrevati.delete"
 
 _HEAD: Final = b"h"  # + stream id (u64): the thread's _Head
 _STEPS: Final = b"s"  # + stream id (u64) + blake2b-128 of the step key: the step frame's seq
-_U64: Final = struct.Struct(">Q")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 
