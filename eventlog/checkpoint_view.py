@@ -26,7 +26,7 @@ from eventlog.frames import CHECKPOINT_FRAMES, Save, Snapshot, Tombstone
 from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U64, U64X2
 from eventlog.layout import U16 as _U16
 from eventlog.layout import U32 as _U32
-from eventlog.log import EventLog, Problem, StoredFrame
+from eventlog.log import EventLog, StoredFrame
 from eventlog.materialized import (
     BODIES,
     BY_CORRELATION,
@@ -44,6 +44,7 @@ from eventlog.materialized import (
     write_snapshot_mark,
 )
 from eventlog.records import FanOutInstanceProgress, NodePosition, is_not_started
+from eventlog.reports import Problem
 from projections.records import Head, apply_inplace
 
 PROBLEMS_PER_STREAM_MAX: Final = 20  # materialized-row problems listed per stream, then a count

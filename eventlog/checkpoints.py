@@ -38,11 +38,12 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 
 from backends.base import Backend, Durability, WriteTxn
+from eventlog import forensics
 from eventlog.codec import encode_value
 from eventlog.errors import DamagedRowSkipped, InvalidRecord, InvalidStreamKey
 from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, InstanceChange, Save, Tombstone
 from eventlog.layout import U64
-from eventlog.log import Appended, DeferredFrame, EventLog, Stats, VerifyReport, stream_key_bytes
+from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.materialized import (
     BY_CORRELATION,
     HEADS,
@@ -71,6 +72,7 @@ from eventlog.records import (
     instance_from,
     lineage_from,
 )
+from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import RecordChecker, check_instance_args, fail
 from projections.records import (
     Head,
@@ -83,7 +85,6 @@ from projections.records import (
 )
 
 if TYPE_CHECKING:
-    from eventlog import forensics as forensics_t
     from projections.history import RecordDiff
 
 SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames past a snapshot,
@@ -659,8 +660,6 @@ class CheckpointLog:
         is yielded (eventlog.forensics); the fold still reads the whole stream.
         """
         if since is not None or until is not None or kinds is not None:
-            from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
-
             yield from forensics.history(self, invocation_id, since=since, until=until, kinds=kinds)
             return
         head: Head | None = None
@@ -697,36 +696,26 @@ class CheckpointLog:
     ) -> VerifyReport:
         """The log's checks (checksums, chains, seqs, index) plus: every materialized row
         (head, state, positions, fan-out rows, indexes) equals the fold of its frames."""
-        from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
-
         return forensics.verify(self, progress, rows_progress)
 
-    # -- forensics (eventlog/forensics.py) -------------------------------------------------------
+    # -- forensics (eventlog/forensics/) ---------------------------------------------------------
 
     def record_as_of(self, invocation_id: str, timestamp: float) -> CheckpointRecord | None:
         """The record as it stood at ``timestamp`` (after the newest save stamped <= it)."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.record_as_of(self, invocation_id, timestamp)
 
     def diff(self, invocation_id: str, seq_a: int, seq_b: int) -> RecordDiff:
         """What changed from stream seq ``seq_a`` to ``seq_b`` (0: before the first save)."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.diff(self, invocation_id, seq_a, seq_b)
 
     def replay(
         self, invocation_id: str, *, from_seq: int = 1, to_seq: int | None = None
-    ) -> Iterator[forensics_t.ReplayStep]:
+    ) -> Iterator[forensics.ReplayStep]:
         """Each record of ``invocation_id`` in order, with the changes its save made."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.replay(self, invocation_id, from_seq=from_seq, to_seq=to_seq)
 
-    def scan(self, since_seq: int | None = None) -> Iterator[forensics_t.ScanEntry]:
+    def scan(self, since_seq: int | None = None) -> Iterator[forensics.ScanEntry]:
         """Every frame of every invocation after global seq ``since_seq``, in commit order."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.scan(self, since_seq)
 
     def export(
@@ -736,10 +725,8 @@ class CheckpointLog:
         *,
         out: IO[bytes],
         progress: Callable[[int, int], None] | None = None,
-    ) -> forensics_t.ExportSummary:
+    ) -> forensics.ExportSummary:
         """Write the history of one invocation (or all) to ``out`` as JSON Lines."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.export(self, invocation_id, fmt, out=out, progress=progress)
 
     def compact(
@@ -750,11 +737,9 @@ class CheckpointLog:
         last_n: int | None = None,
         since: float | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> forensics_t.CompactReport:
+    ) -> forensics.CompactReport:
         """Write a compacted copy of this log to a new log at ``dest`` (this one is only read):
         ``keep="all"`` (default) or ``"heads"``, ``last_n=N`` saves, or saves ``since=T``."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.compact(
             self, dest, keep=keep, last_n=last_n, since=since, progress=progress
         )

@@ -63,6 +63,7 @@ from eventlog.errors import (
     LogClosed,
     NotALog,
     ReadOnlyLog,
+    SequenceConflict,
     StorageError,
     StorageFull,
     UnsupportedFormat,
@@ -70,17 +71,17 @@ from eventlog.errors import (
 )
 from eventlog.frames import Event, Frame
 from eventlog.layout import CORE_TABLES, LOG, META, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.reports import Problem as Problem  # noqa: PLC0414 - re-exported
+from eventlog.reports import Stats as Stats  # noqa: PLC0414
+from eventlog.reports import VerifyReport as VerifyReport  # noqa: PLC0414
 from eventlog.validate import check_event
+from eventlog.verify import verify_log
 
 FRAME_BYTES_MAX: Final = 64 << 20  # 64 MiB per frame, stored size including the header
 BATCH_FRAMES_MAX: Final = 4096  # frames in one group commit
 READ_CHUNK_FRAMES: Final = 1024  # frames read per read transaction when iterating
 
 F = TypeVar("F")
-
-
-class SequenceConflict(CheckpointError):
-    """``append(..., expect_seq=N)`` found the stream at another seq (someone else appended)."""
 
 
 class Appended(msgspec.Struct, frozen=True):
@@ -102,52 +103,6 @@ class StoredFrame(msgspec.Struct, Generic[F], frozen=True):
     checksum: bytes
     frame: F
     stored_bytes: int
-
-
-class Problem(msgspec.Struct, frozen=True):
-    """One finding of :meth:`EventLog.verify`."""
-
-    kind: str  # checksum | header | chain | gap | index | orphan | names | projection | decode
-    detail: str
-    stream: str | None = None
-    seq: int | None = None
-    global_seq: int | None = None
-
-    def __str__(self) -> str:
-        where = []
-        if self.stream is not None:
-            where.append(f"stream {self.stream!r}")
-        if self.seq is not None:
-            where.append(f"seq {self.seq}")
-        if self.global_seq is not None:
-            where.append(f"log #{self.global_seq}")
-        return f"[{self.kind}] {', '.join(where) or 'log'}: {self.detail}"
-
-
-class VerifyReport(msgspec.Struct):
-    frames: int = 0
-    streams: int = 0
-    problems: list[Problem] = msgspec.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def __str__(self) -> str:
-        head = f"{self.frames} frames in {self.streams} streams: "
-        if self.ok:
-            return head + "OK"
-        return head + f"{len(self.problems)} problem(s)\n" + "\n".join(map(str, self.problems))
-
-
-class Stats(msgspec.Struct, frozen=True):
-    frames: int  # frames in the log
-    streams: int
-    log_bytes: int  # envelope bytes appended by this EventLog object
-    frames_appended: int  # frames appended by this EventLog object
-    commits: int  # write transactions committed by this EventLog object
-    disk_bytes: int  # bytes the backend occupies on its medium
-    durability: str
 
 
 class Deferred(Protocol):
@@ -1057,8 +1012,6 @@ class EventLog:
 
     def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Check every checksum, chain link, seq and index entry; report, never repair."""
-        from eventlog.verify import verify_log  # noqa: PLC0415 - verify.py imports this module
-
         return verify_log(self, progress)
 
     # -- closing -------------------------------------------------------------------------------

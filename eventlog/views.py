@@ -31,7 +31,8 @@ from eventlog.integrations.apflow import VIEW as APFLOW
 from eventlog.integrations.langgraph_store import VIEW as LANGGRAPH
 from eventlog.integrations.techrevati_store import VIEW as TECHREVATI
 from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U64, U64X2
-from eventlog.log import EventLog, Problem, StoredFrame
+from eventlog.log import EventLog, StoredFrame
+from eventlog.reports import Problem
 
 __all__ = [
     "APFLOW",

@@ -4,6 +4,7 @@ compaction and a rebuild from frames alone (issue 13)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +296,27 @@ def test_applying_each_frame_in_order_reproduces_every_view(tmp_path: Path) -> N
         assert dump(log, KINDS) == before
     finally:
         log.close()
+
+
+def test_open_readonly_never_forks_and_reads_a_truncated_file_from_a_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library call never forks its caller (issue 13); a short data file is read from a
+    zero-filled copy and reported, without a probe."""
+    path = tmp_path / "log"
+    with CheckpointLog.open(path, durability="process") as cl:
+        for i in range(200):
+            cl.save(f"inv-{i}", make_record(f"inv-{i}", state={"pad": "p" * 2000}))
+    data = path / "data.mdb"
+    size = data.stat().st_size
+    os.truncate(data, size - 8 * 4096)
+
+    def no_fork() -> int:
+        raise AssertionError("open_readonly forked the caller's process")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    with forensics.open_readonly(path) as opened:
+        assert [p.kind for p in opened.problems] == ["truncated"]
+        report = opened.log.verify()
+        assert not report.ok
+    assert data.stat().st_size == size - 8 * 4096  # the file itself is never changed

@@ -53,13 +53,8 @@ from eventlog.errors import (
 )
 from eventlog.frames import Event
 from eventlog.integrations.headed import HeadedEventView
-from eventlog.log import (
-    Appended,
-    DeferredFrame,
-    EventLog,
-    VerifyReport,
-    stream_key_bytes,
-)
+from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
+from eventlog.reports import VerifyReport
 from eventlog.validate import is_int
 
 __all__ = [

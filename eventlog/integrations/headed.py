@@ -24,7 +24,8 @@ from backends.base import ReadTxn, WriteTxn
 from eventlog.errors import CheckpointError
 from eventlog.frames import Event
 from eventlog.layout import U64
-from eventlog.log import EventLog, Problem, StoredFrame
+from eventlog.log import EventLog, StoredFrame
+from eventlog.reports import Problem
 
 H = TypeVar("H", bound=msgspec.Struct)
 

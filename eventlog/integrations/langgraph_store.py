@@ -58,13 +58,8 @@ from eventlog.frames import (
     LgWrites,
 )
 from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U16, U32, U64, U64X2, s16, utf8
-from eventlog.log import (
-    Appended,
-    DeferredFrame,
-    EventLog,
-    Problem,
-    StoredFrame,
-)
+from eventlog.log import Appended, DeferredFrame, EventLog, StoredFrame
+from eventlog.reports import Problem
 from projections.langgraph import (
     CkptRow,
     StreamView,

@@ -63,13 +63,8 @@ from eventlog.integrations.techrevati_store import (
     _steps_prefix,
 )
 from eventlog.layout import U64 as _U64
-from eventlog.log import (
-    Appended,
-    DeferredFrame,
-    EventLog,
-    VerifyReport,
-    stream_key_bytes,
-)
+from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
+from eventlog.reports import VerifyReport
 
 __all__ = ["TABLE", "TABLES", "HistoryItem", "LogSaver"]
 
