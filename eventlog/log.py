@@ -247,6 +247,10 @@ class EventLog:
         self._last_flush = time.monotonic()
         self._pid = current_pid()
         self._writer: threading.Thread | None = None
+        # Event loops where a save committed in the current loop step, and those with a commit
+        # scheduled for its end (_lead_on; each touched only from its loop's thread).
+        self._stepping: set[asyncio.AbstractEventLoop] = set()
+        self._lead_scheduled: set[asyncio.AbstractEventLoop] = set()
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -465,13 +469,29 @@ class EventLog:
         inline = self.backend.durability == "process"
         self._enqueue((item,), durable=True, lead=inline)
         if inline:
-            if getattr(loop, "_ready", None):
-                # Other tasks are runnable and may save too: commit once they have queued, so
-                # concurrent saves share one commit (group commit on the loop's thread).
-                loop.call_soon(self._lead)
-            else:
-                self._lead()
+            self._lead_on(loop)
         return await item.aio[1]
+
+    def _lead_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Group commit on the loop's thread, with the loop's public API only.
+
+        The first save of a loop step commits at once (a lone save waits for nothing) and
+        marks the loop busy until the callbacks already runnable have run (``call_soon`` runs
+        after them). A save made meanwhile, by another task of the same step, joins one commit
+        scheduled for the end of that step, so tasks saving at once share it.
+        """
+        if loop in self._stepping:
+            if loop not in self._lead_scheduled:
+                self._lead_scheduled.add(loop)
+                loop.call_soon(self._scheduled_lead, loop)
+            return
+        self._stepping.add(loop)
+        loop.call_soon(self._stepping.discard, loop)
+        self._lead()
+
+    def _scheduled_lead(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._lead_scheduled.discard(loop)
+        self._lead()
 
     def submit(
         self,
