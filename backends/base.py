@@ -22,16 +22,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Literal, TypeVar
 
-from eventlog.errors import CheckpointError, StorageError
+from eventlog.errors import CheckpointError
+from eventlog.errors import RetryableWrite as RetryableWrite  # noqa: PLC0414 - re-exported
 
 Durability = Literal["fsync", "process"]
 DURABILITIES: tuple[Durability, ...] = ("fsync", "process")
 
 T = TypeVar("T")
-
-
-class RetryableWrite(StorageError):
-    """The write transaction was rolled back for a transient reason; running it again may work."""
 
 
 def check_durability(durability: str) -> Durability:

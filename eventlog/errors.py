@@ -79,6 +79,10 @@ class StorageError(CheckpointError, OSError):
     """The storage backend failed (disk full, map limit reached, I/O error)."""
 
 
+class RetryableWrite(StorageError):
+    """The write transaction was rolled back for a transient reason; running it again may work."""
+
+
 class StorageFull(StorageError):
     """The backend's size bound was reached; raise ``map_size_max`` or compact the log."""
 

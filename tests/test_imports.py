@@ -138,3 +138,32 @@ def test_leaf_modules_import_only_leaves() -> None:
     allowed = {*LEAVES, "eventlog", "eventlog.validate"}
     for leaf in LEAVES:
         assert edges[leaf] <= allowed, (leaf, sorted(edges[leaf] - allowed))
+
+
+def test_result_types_and_every_exception_come_from_eventlog() -> None:
+    import eventlog  # noqa: PLC0415
+    from eventlog import errors  # noqa: PLC0415
+
+    for name in ("VerifyReport", "Problem", "Stats", "RecordDiff", "ReplayStep", "CompactReport"):
+        assert isinstance(getattr(eventlog, name), type), name
+    defined = {
+        n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)
+    }
+    assert defined <= set(eventlog.__all__), sorted(defined - set(eventlog.__all__))
+    for name in defined:
+        assert getattr(eventlog, name) is getattr(errors, name)
+    elsewhere = []
+    for module, path in modules().items():
+        if module in ("eventlog.errors", "eventlog.cli"):
+            continue  # the command line's exit-status carrier is the application's, not the API
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
+                private = node.name.startswith("_")  # a module's own control flow
+                if not private and (
+                    bases & defined or any(b.endswith(("Error", "Exception")) for b in bases)
+                ):
+                    elsewhere.append(f"{module}.{node.name}")
+    assert not elsewhere, f"exceptions defined outside eventlog/errors.py: {elsewhere}"
