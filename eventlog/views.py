@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.checkpoint_view import VIEW as CHECKPOINTS
+from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.integrations.apflow import VIEW as APFLOW
 from eventlog.integrations.langgraph_store import VIEW as LANGGRAPH
 from eventlog.integrations.techrevati_store import VIEW as TECHREVATI
@@ -93,11 +94,19 @@ def claiming(stream: str, first: Any, views: Iterable[View] = REGISTRY) -> View 
 
 def present(log: EventLog, views: Iterable[View] = REGISTRY) -> list[View]:
     """The views whose tables the log holds (opened on its backend; nothing is created)."""
-    return [
-        view
-        for view in views
-        if log.backend.add_tables(view.tables, create=False) == tuple(view.tables)
-    ]
+    return [view for view in views if _holds(log, view.tables)]
+
+
+def _holds(log: EventLog, tables: tuple[str, ...]) -> bool:
+    if log.backend.add_tables(tables, create=False) != tuple(tables):
+        return False
+    try:  # a backend that needs tables declared, and did not say so in add_tables
+        with log.backend.read() as txn:
+            for table in tables:
+                txn.last_key(table)
+    except CheckpointError:
+        return False
+    return True
 
 
 def _streams(txn: ReadTxn) -> list[tuple[str, int]]:
@@ -111,8 +120,6 @@ def _frames(log: EventLog, txn: ReadTxn, stream: str, sid: int) -> Iterator[Stor
     for key, gkey in txn.scan_prefix(STREAMS, U64.pack(sid)):
         data = txn.get(LOG, gkey)
         if data is None:
-            from eventlog.errors import CorruptFrame  # noqa: PLC0415 - rare
-
             raise CorruptFrame(
                 f"stream {stream!r}: the index names log #{U64.unpack(gkey)[0]}, which is not "
                 "in the log; run verify()",
