@@ -978,6 +978,7 @@ class CheckpointLogContract:
         assert 152 in snaps, "the first save after a delete starts from a snapshot"
         assert_history_consistent(cl, "grow")
 
+    @pytest.mark.slow
     def test_record_at_every_seq_across_snapshot_frames(self, opener: Opener) -> None:
         # A large incompressible state that never changes keeps each delta tiny against the
         # snapshot, so snapshots come from the SNAPSHOT_FRAMES_MAX bound, not the byte ratio.

@@ -114,6 +114,7 @@ def _kwargs(pol: forensics.Policy) -> dict[str, Any]:
     return {"keep": pol.mode}
 
 
+@pytest.mark.slow
 @settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), pol=policies)
 def test_compaction_keeps_heads_and_the_chosen_history(
