@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Final
 
 import msgspec
@@ -115,6 +116,23 @@ def read_instances(txn: ReadTxn, sid: int, hd: FanOutHeader) -> list[FanOutInsta
     for key, v in txn.prefix_rows(FANOUT, U64.pack(sid) + U32.pack(hd.fid)):
         instances[unpack(key, 12)[0]] = decode(v)
     return instances
+
+
+def head_rows(txn: ReadTxn) -> Iterator[tuple[int, bytes]]:
+    """``(sid, undecoded head row)`` of every checkpoint stream with a head, in sid order."""
+    for key, raw in txn.scan(HEADS):
+        yield U64.unpack(key)[0], raw
+
+
+def snapshot_marks(txn: ReadTxn) -> int:
+    """How many snapshot frames the log's checkpoint streams hold."""
+    return txn.count(SNAPSHOTS)
+
+
+def instance_progress(txn: ReadTxn, sid: int) -> Iterator[FanOutInstanceProgress]:
+    """Every started instance of every fan-out of the stream (rows in key order)."""
+    for _, raw in txn.scan_prefix(FANOUT, U64.pack(sid)):
+        yield _dec_inst.decode(raw)
 
 
 def load_rows(row: HeadRow) -> int:

@@ -15,7 +15,6 @@ from eventlog.errors import (
 )
 from eventlog.forensics.common import (
     Records,
-    _dec_inst,
     _dec_row,
 )
 from eventlog.forensics.walker import (
@@ -24,12 +23,7 @@ from eventlog.forensics.walker import (
 )
 from eventlog.layout import LOG, META, STREAM_NAMES, STREAMS, U64, U64X2
 from eventlog.log import EventLog
-from eventlog.materialized import (
-    FANOUT,
-    HEADS,
-    SNAPSHOTS,
-    HeadRow,
-)
+from eventlog.materialized import head_rows, instance_progress, read_row, snapshot_marks
 from eventlog.records import (
     CheckpointFilter,
 )
@@ -63,8 +57,8 @@ def stats(cl: Records, top: int = 5) -> LogStats:
     with log.backend.read() as txn:
         frames = txn.count(LOG)
         names = [(U64.unpack(k)[0], v) for k, v in txn.scan(STREAM_NAMES)]
-        saved = [_dec_row.decode(v).last_saved_at for _, v in txn.scan(HEADS)]
-        snapshots = txn.count(SNAPSHOTS)
+        saved = [_dec_row.decode(v).last_saved_at for _, v in head_rows(txn)]
+        snapshots = snapshot_marks(txn)
         sizes = []
         for sid, name in names:
             for key, _ in txn.scan_prefix(STREAMS, U64.pack(sid), reverse=True, limit=1):
@@ -119,7 +113,7 @@ def invocations(
         for k, v in txn.scan(STREAM_NAMES):
             sid = U64.unpack(k)[0]
             name = v.decode("utf-8", "surrogatepass")
-            row = _row(txn, sid)
+            row = read_row(txn, sid)
             frames = 0
             for key, _ in txn.scan_prefix(STREAMS, k, reverse=True, limit=1):
                 frames = U64X2.unpack(key)[1]
@@ -132,8 +126,7 @@ def invocations(
             if name not in wanted:
                 continue
             done = errors = 0
-            for _, raw in txn.scan_prefix(FANOUT, k):
-                inst = _dec_inst.decode(raw)
+            for inst in instance_progress(txn, sid):
                 if inst.state == "completed":
                     done += 1
                     errors += inst.result_is_error
@@ -163,8 +156,3 @@ def _last_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int) -> tuple[str, f
 
 def _sort_time(t: float | None) -> float:
     return t if t is not None and not math.isnan(t) else float("-inf")
-
-
-def _row(txn: ReadTxn, sid: int) -> HeadRow | None:
-    raw = txn.get(HEADS, U64.pack(sid))
-    return None if raw is None else _dec_row.decode(raw)
