@@ -469,7 +469,13 @@ class EventLog:
         inline = self.backend.durability == "process"
         self._enqueue((item,), durable=True, lead=inline)
         if inline:
-            self._lead_on(loop)
+            ready = getattr(loop, "_ready", None)
+            if ready is None:  # a loop without asyncio's ready queue (uvloop): public API only
+                self._lead_on(loop)
+            elif ready:  # other tasks are runnable and may save too: commit after them
+                loop.call_soon(self._lead)
+            else:
+                self._lead()
         return await item.aio[1]
 
     def _lead_on(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -478,7 +484,9 @@ class EventLog:
         The first save of a loop step commits at once (a lone save waits for nothing) and
         marks the loop busy until the callbacks already runnable have run (``call_soon`` runs
         after them). A save made meanwhile, by another task of the same step, joins one commit
-        scheduled for the end of that step, so tasks saving at once share it.
+        scheduled for the end of that step, so tasks saving at once share it. asyncio's own
+        loops take a cheaper path (their ready queue says whether other tasks may save, so a
+        lone save schedules nothing): a hint, never needed for grouping.
         """
         if loop in self._stepping:
             if loop not in self._lead_scheduled:
