@@ -343,7 +343,8 @@ def walk(
 ) -> Iterator[Step | Unreadable]:
     """Fold ``stream`` and yield a :class:`Step` per frame with ``from_seq <= seq <= to_seq``.
 
-    Folding starts at the newest snapshot at or before ``from_seq``. Strict (default): a
+    Folding starts at the newest snapshot at or before ``from_seq`` (before it, with
+    ``diffs``: the diff a snapshot makes needs the record before it). Strict (default): a
     damaged frame raises ``CorruptFrame``. Tolerant: see :class:`Unreadable`.
     """
     start = 1
@@ -353,7 +354,7 @@ def walk(
             if sid is None:
                 return
             if _has_table(log, SNAPSHOTS):
-                start = last_snapshot_at_or_before(txn, sid, from_seq)
+                start = last_snapshot_at_or_before(txn, sid, from_seq - 1 if diffs else from_seq)
     source: Iterable[StoredFrame[Any] | Unreadable] = (
         read_frames(log, stream, start, to_seq)
         if tolerant

@@ -241,6 +241,26 @@ def test_a_batch_frame_replays_as_one_step_with_each_change_timed() -> None:
         cl.close()
 
 
+def test_replay_from_a_snapshot_diffs_against_the_record_before_it() -> None:
+    """A replay (or walk with diffs) starting at a snapshot frame shows what that save changed,
+    not the whole record as if it were created there."""
+    cl = CheckpointLog.on_backend(MemoryBackend())
+    try:
+        cl.save("i", rec("i", 0, fan_out=(NOT_STARTED,) * 200))
+        for i in range(200):  # unbatched: a frame each, with snapshots along the way
+            cl.save_instance("i", "work", i, FanOutInstanceProgress("completed", i))
+        walked = list(forensics.walk(cl.log, "i"))
+        snaps = [s.seq for s in walked if isinstance(s, forensics.Step) and
+                 s.frame_type == "snapshot" and s.seq > 1]  # fmt: skip
+        assert snaps
+        for seq in snaps:
+            step = next(cl.replay("i", from_seq=seq, to_seq=seq))
+            assert step.changes == diff_records(cl.record_at("i", seq - 1), cl.record_at("i", seq))
+            assert [d.index for d in step.changes.instances] == [seq - 2]
+    finally:
+        cl.close()
+
+
 def test_replay_range_and_scan(mem: Any) -> None:
     cl, saved = mem
     steps = list(cl.replay("a", from_seq=4, to_seq=5))
