@@ -306,6 +306,30 @@ class Step:
     def record(self) -> CheckpointRecord | None:
         return None if self.head is None else to_record(self.head)
 
+    @property
+    def instance_saves(self) -> int | None:
+        """How many ``save_instance`` calls the frame commits when it is a batch of them
+        (``Save.instance_saved_at`` set); ``None`` for any other frame."""
+        frame = self.frame
+        if isinstance(frame, Save) and frame.instance_saved_at:
+            return len(frame.instances)
+        return None
+
+    def instance_saved_at(self) -> tuple[float, ...]:
+        """For a batch, the time of the change behind each of ``diff.instances`` (in the same
+        order; an instance changed twice in the batch takes the later time); ``()`` for any
+        other frame or without a diff. Reads the live head: call it before advancing."""
+        frame = self.frame
+        if self.diff is None or self.head is None or not self.instance_saves:
+            return ()
+        names = {s.header.fid: s.header for s in self.head.slots}
+        when: dict[tuple[str, tuple[str, ...], Any, int], float] = {}
+        for ch, t in zip(frame.instances, frame.instance_saved_at, strict=True):
+            h = names[ch.fid]
+            when[(h.fan_out_node_name, h.namespace, h.lineage, ch.index)] = t
+        keys = ((d.fan_out, d.namespace, d.lineage, d.index) for d in self.diff.instances)
+        return tuple(when[k] for k in keys)
+
 
 def walk(
     log: EventLog,
@@ -319,7 +343,8 @@ def walk(
 ) -> Iterator[Step | Unreadable]:
     """Fold ``stream`` and yield a :class:`Step` per frame with ``from_seq <= seq <= to_seq``.
 
-    Folding starts at the newest snapshot at or before ``from_seq``. Strict (default): a
+    Folding starts at the newest snapshot at or before ``from_seq`` (before it, with
+    ``diffs``: the diff a snapshot makes needs the record before it). Strict (default): a
     damaged frame raises ``CorruptFrame``. Tolerant: see :class:`Unreadable`.
     """
     start = 1
@@ -329,7 +354,7 @@ def walk(
             if sid is None:
                 return
             if _has_table(log, SNAPSHOTS):
-                start = last_snapshot_at_or_before(txn, sid, from_seq)
+                start = last_snapshot_at_or_before(txn, sid, from_seq - 1 if diffs else from_seq)
     source: Iterable[StoredFrame[Any] | Unreadable] = (
         read_frames(log, stream, start, to_seq)
         if tolerant
@@ -528,6 +553,9 @@ class ReplayStep(msgspec.Struct, frozen=True):
     kind: str
     record: CheckpointRecord | None
     changes: RecordDiff
+    # For a batch (several save_instance calls in one frame): the time of each change in
+    # ``changes.instances``, in the same order; empty for any other frame (see ``saved_at``).
+    instance_saved_at: tuple[float, ...] = ()
 
 
 def replay(
@@ -538,7 +566,9 @@ def replay(
         assert isinstance(step, Step)
         if step.diff is None:
             continue  # an application event in the stream: not a record
-        yield ReplayStep(step.seq, step.saved_at, step.kind, step.record(), step.diff)
+        yield ReplayStep(
+            step.seq, step.saved_at, step.kind, step.record(), step.diff, step.instance_saved_at()
+        )
 
 
 class ScanEntry(msgspec.Struct, frozen=True):
