@@ -310,25 +310,34 @@ class Step:
     def instance_saves(self) -> int | None:
         """How many ``save_instance`` calls the frame commits when it is a batch of them
         (``Save.instance_saved_at`` set); ``None`` for any other frame."""
-        frame = self.frame
-        if isinstance(frame, Save) and frame.instance_saved_at:
-            return len(frame.instances)
-        return None
+        changes, _ = batch_of(self.frame)
+        return len(changes) if changes else None
 
     def instance_saved_at(self) -> tuple[float, ...]:
         """For a batch, the time of the change behind each of ``diff.instances`` (in the same
         order; an instance changed twice in the batch takes the later time); ``()`` for any
         other frame or without a diff. Reads the live head: call it before advancing."""
-        frame = self.frame
-        if self.diff is None or self.head is None or not self.instance_saves:
+        changes, times = batch_of(self.frame)
+        if self.diff is None or self.head is None or not changes:
             return ()
         names = {s.header.fid: s.header for s in self.head.slots}
         when: dict[tuple[str, tuple[str, ...], Any, int], float] = {}
-        for ch, t in zip(frame.instances, frame.instance_saved_at, strict=True):
+        for ch, t in zip(changes, times, strict=True):
             h = names[ch.fid]
             when[(h.fan_out_node_name, h.namespace, h.lineage, ch.index)] = t
         keys = ((d.fan_out, d.namespace, d.lineage, d.index) for d in self.diff.instances)
         return tuple(when[k] for k in keys)
+
+
+def batch_of(frame: Any) -> tuple[tuple[InstanceChange, ...], tuple[float, ...]]:
+    """The ``save_instance`` calls a frame commits as a batch, with the time of each (a
+    ``Save`` with ``instance_saved_at``, or a ``Snapshot`` written for one: its ``batch``);
+    ``((), ())`` for any other frame."""
+    if isinstance(frame, Save) and frame.instance_saved_at:
+        return frame.instances, frame.instance_saved_at
+    if isinstance(frame, Snapshot) and frame.batch:
+        return frame.batch, frame.instance_saved_at
+    return (), ()
 
 
 def walk(
