@@ -469,6 +469,8 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
             for c in p.iterdir()
             if c.name != LOCK_FILE and not c.name.startswith(CREATING_PREFIX)
         )
+        if foreign == [DATA_FILE]:
+            return  # another process created the log since the caller looked: use theirs
         if foreign:
             raise NotALog(
                 f"{str(p)!r} is a non-empty directory without {DATA_FILE}, so not a ckptlog "

@@ -41,7 +41,7 @@ from backends.base import Backend, Durability, WriteTxn
 from eventlog import forensics
 from eventlog.codec import encode_value
 from eventlog.errors import DamagedRowSkipped, InvalidRecord, InvalidStreamKey
-from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, InstanceChange, Save, Tombstone
+from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, Save, Tombstone
 from eventlog.layout import U64
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.materialized import (
@@ -73,7 +73,13 @@ from eventlog.records import (
     lineage_from,
 )
 from eventlog.reports import Stats, VerifyReport
-from eventlog.validate import RecordChecker, check_instance_args, fail
+from eventlog.validate import (
+    RecordChecker,
+    check_fan_out_key,
+    check_instance_save,
+    encode_progress,
+    fail,
+)
 from projections.records import (
     Head,
     Incoming,
@@ -191,7 +197,20 @@ class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
     index: int
     progress: FanOutInstanceProgress
     saved_at: float
-    size: int
+    raw: bytes  # ``progress`` encoded: its row and its frame entry, encoded once
+
+    @property
+    def size(self) -> int:
+        return len(self.raw) + INSTANCE_OVERHEAD_BYTES
+
+
+class _RawChange(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """Encodes exactly as an :class:`InstanceChange` whose progress is already msgpack bytes
+    (decoders read it back as an ``InstanceChange``)."""
+
+    fid: int
+    index: int
+    progress: msgspec.Raw
 
 
 class _InstanceSaves(_HeadFrame):
@@ -215,15 +234,17 @@ class _InstanceSaves(_HeadFrame):
         self.rejected: list[InvalidRecord] = []
 
     def join(self, later: Any) -> bool:
-        if (
-            type(later) is not _InstanceSaves
-            or len(later.changes) != 1
-            or len(self.changes) >= BATCH_CHANGES_MAX
-            or self.bytes + later.bytes > self.owner.batch_bytes_max
-        ):
+        return (
+            type(later) is _InstanceSaves and len(later.changes) == 1 and self.add(later.changes[0])
+        )
+
+    def add(self, value: Any) -> bool:
+        changes = self.changes
+        size = self.bytes + value.size
+        if len(changes) >= BATCH_CHANGES_MAX or size > self.owner.batch_bytes_max:
             return False
-        self.changes.append(later.changes[0])
-        self.bytes += later.bytes
+        changes.append(value)
+        self.bytes = size
         return True
 
     def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
@@ -233,7 +254,7 @@ class _InstanceSaves(_HeadFrame):
             for slot in reversed(head.slots):  # the first fan-out with the key wins
                 h = slot.header
                 slots[(h.fan_out_node_name, h.namespace, h.lineage)] = slot
-        changes: list[InstanceChange] = []
+        changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
         times: list[float] = []
         for ch in self.changes:
             slot_or_none = slots.get(ch.key)
@@ -243,7 +264,7 @@ class _InstanceSaves(_HeadFrame):
             slot = slot_or_none
             slot.instances[ch.index] = ch.progress
             slot.src = None
-            changes.append(InstanceChange(slot.header.fid, ch.index, ch.progress))
+            changes.append(_RawChange(slot.header.fid, ch.index, msgspec.Raw(ch.raw)))
             times.append(ch.saved_at)
         if not changes:
             first = rejected[0]
@@ -360,6 +381,10 @@ class CheckpointLog:
         self._sids: dict[str, int] = {}
         self._checker = RecordChecker(HEAD_CACHE_MAX)  # caller threads (thread-safe)
         self._rejected: list[_InstanceSaves] = []  # committed batches that left changes out
+        # save_instance's checks, done once for a run of calls passing the same objects (each
+        # a single attribute, replaced whole, so threads never see half of one)
+        self._last_stream: object = None
+        self._last_key: tuple[Any, Any, Any, _FanOutKey] = (None, None, None, ("", (), ()))
         self.batch_bytes_max = min(BATCH_BYTES_MAX, log.frame_bytes_max // 4)
         log.txn_hooks = _Hooks(self)
 
@@ -471,17 +496,20 @@ class CheckpointLog:
         The fan-out must be in the invocation's head (saved through a record's
         ``fan_out_progress``). Buffered like :meth:`save_fan_out_internal` under batching.
         """
-        frame = self._instance_frame(
+        change = self._instance_change(
             invocation_id, fan_out_node_name, index, progress, namespace, lineage, saved_at
         )
         if self._flush_every <= 0:
-            self.log.append(invocation_id, frame)
+            self.log.append(invocation_id, _InstanceSaves(self, change))
             return
-        self.log.append(invocation_id, frame, durable=False)
+        self.log.buffer_into(invocation_id, change, self._new_batch)
         if self._count_pending():
             self.log.flush()
 
-    def _instance_frame(
+    def _new_batch(self, change: _InstanceChange) -> _InstanceSaves:
+        return _InstanceSaves(self, change)
+
+    def _instance_change(
         self,
         invocation_id: str,
         fan_out_node_name: str,
@@ -490,18 +518,34 @@ class CheckpointLog:
         namespace: tuple[str, ...],
         lineage: tuple[EnclosingFanOutInstance, ...],
         saved_at: float | None,
-    ) -> _InstanceSaves:
-        stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
-        size = check_instance_args(fan_out_node_name, index, progress, namespace, lineage, saved_at)
-        conv = instance_from(progress)
-        change = _InstanceChange(
-            (fan_out_node_name, tuple(namespace), lineage_from(lineage)),
-            index,
-            conv,
-            time.time() if saved_at is None else saved_at,
-            size + INSTANCE_OVERHEAD_BYTES,
+    ) -> _InstanceChange:
+        """Validate one ``save_instance`` call. The invocation id and the fan-out's name,
+        namespace and lineage are checked once for a run of calls passing the same objects
+        (as a loop over a fan-out's items does); each call's index and progress are checked."""
+        if invocation_id is not self._last_stream:
+            stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
+            self._last_stream = invocation_id
+        cached = self._last_key
+        if (
+            cached[0] is not fan_out_node_name
+            or cached[1] is not namespace
+            or cached[2] is not lineage
+        ):
+            check_fan_out_key(fan_out_node_name, namespace, lineage)
+            key = (fan_out_node_name, tuple(namespace), lineage_from(lineage))
+            cached = (fan_out_node_name, namespace, lineage, key)
+            if (
+                namespace.__class__ is tuple
+                and lineage.__class__ is tuple
+                and all(x.__class__ is EnclosingFanOutInstance for x in lineage)
+            ):  # immutable all the way down: the same objects next time mean the same key
+                self._last_key = cached
+        check_instance_save(index, progress, saved_at)
+        conv = progress if progress.__class__ is FanOutInstanceProgress else instance_from(progress)
+        raw = encode_progress(conv, index)
+        return _InstanceChange(
+            cached[3], index, conv, time.time() if saved_at is None else float(saved_at), raw
         )
-        return _InstanceSaves(self, change)
 
     def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
         """Buffered without counting toward ``flush_every`` under batching, else durable."""
@@ -827,13 +871,13 @@ class Checkpointer:
     ) -> None:
         """Async :meth:`CheckpointLog.save_instance`."""
         cl = self.sync
-        frame = cl._instance_frame(
+        change = cl._instance_change(
             invocation_id, fan_out_node_name, index, progress, namespace, lineage, saved_at
         )
         if cl._flush_every <= 0:
-            await cl.log.append_async(invocation_id, frame)
+            await cl.log.append_async(invocation_id, _InstanceSaves(cl, change))
             return
-        await cl.log.append_async(invocation_id, frame, durable=False)
+        cl.log.buffer_into(invocation_id, change, cl._new_batch)
         if cl._count_pending():
             await cl.log.flush_async()
 

@@ -521,7 +521,7 @@ def cmd_history(ctx: Ctx) -> int:
             ctx.out.write(("\n" if first else ",\n") + to_json(_step_json(item)))
             first = False
             continue
-        kind = item.kind if item.compacted is None else f"{item.kind} (compacted)"
+        kind = _kind_label(item) + (" (compacted)" if item.compacted is not None else "")
         rows.append(
             [
                 str(item.seq),
@@ -548,6 +548,12 @@ def cmd_history(ctx: Ctx) -> int:
     return PROBLEMS if ctx.unreadable else OK
 
 
+def _kind_label(step: fx.Step) -> str:
+    """The save kind; a batch says how many instance saves it commits (``x256``)."""
+    n = step.instance_saves
+    return step.kind if n is None else f"{step.kind} x{n:,}"
+
+
 def _split(values: list[str]) -> list[str]:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
@@ -568,6 +574,7 @@ def _step_json(step: fx.Step) -> dict[str, Any]:
         "global_seq": step.global_seq,
         "saved_at": step.saved_at,
         "kind": step.kind,
+        "instance_saves": step.instance_saves,
         "frame": step.frame_type,
         "stored_bytes": step.stored_bytes,
         "checksum": step.checksum.hex(),
@@ -632,8 +639,13 @@ def cmd_diff(ctx: Ctx) -> int:
     return OK
 
 
-def diff_lines(d: RecordDiff, s: Style, *, full: bool, indent: str = "  ") -> list[str]:
-    """A diff as human lines: ``+`` added (green), ``-`` removed (red), ``~`` changed."""
+def diff_lines(
+    d: RecordDiff, s: Style, *, full: bool, indent: str = "  ", times: Sequence[float] = ()
+) -> list[str]:
+    """A diff as human lines: ``+`` added (green), ``-`` removed (red), ``~`` changed.
+
+    ``times`` (a batch's, parallel to ``d.instances``) starts each instance line with the time
+    of its change."""
     out: list[str] = []
     if d.existed_before != d.exists_after:
         out.append(
@@ -659,9 +671,13 @@ def diff_lines(d: RecordDiff, s: Style, *, full: bool, indent: str = "  ") -> li
         where = " in " + "/".join(fo.namespace) if fo.namespace else ""
         text = f"fan-out {fo.fan_out}{where} ({fo.instance_count:,} instances)"
         out.append(indent + (s.green("+ " + text) if fo.op == "added" else s.red("- " + text)))
+    stamps = [s.dim(fmt_time(t)) + "  " for t in times] if times else [""] * len(d.instances)
     out.extend(
         _capped(
-            [indent + _instance_line(i, s) for i in d.instances],
+            [
+                indent + stamp + _instance_line(i, s)
+                for i, stamp in zip(d.instances, stamps, strict=True)
+            ],
             full,
             "instance changes",
             s,
@@ -724,12 +740,15 @@ def cmd_replay(ctx: Ctx) -> int:
             else:
                 ctx.out.write(s.red(f"!! {item}") + "\n")
             continue
+        times = item.instance_saved_at()
         if ctx.json:
             doc = _step_json(item)
-            doc["changes"] = item.diff
+            doc["changes"] = changes = fx.plain(item.diff)
+            for change, t in zip(changes["instances"] if times else (), times, strict=True):
+                change["saved_at"] = t
             ctx.out.write(to_json(doc) + "\n")
             continue
-        head = f"seq {item.seq}  {fmt_time(item.saved_at)}  {item.kind} ({item.frame_type})"
+        head = f"seq {item.seq}  {fmt_time(item.saved_at)}  {_kind_label(item)} ({item.frame_type})"
         if item.compacted is not None:
             head += f"  [compacted: stands for original seq {item.compacted.seq}]"
         ctx.out.write(s.bold(head) + "\n")
@@ -739,7 +758,7 @@ def cmd_replay(ctx: Ctx) -> int:
                          "seqs is unknown)") + "\n"
             )  # fmt: skip
         elif item.diff is not None:
-            for line in diff_lines(item.diff, s, full=a.full) or ["  (no changes)"]:
+            for line in diff_lines(item.diff, s, full=a.full, times=times) or ["  (no changes)"]:
                 ctx.out.write(line + "\n")
     return PROBLEMS if ctx.unreadable else OK
 

@@ -32,6 +32,7 @@ CORE_TABLES: Final = (LOG, STREAMS, STREAM_IDS, STREAM_NAMES, META)
 U64: Final = struct.Struct(">Q")
 U64X2: Final = struct.Struct(">QQ")
 U32: Final = struct.Struct(">I")
+U32X2: Final = struct.Struct(">II")
 U16: Final = struct.Struct(">H")
 
 

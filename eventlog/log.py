@@ -377,6 +377,28 @@ class EventLog:
                 if self.flush_interval is not None:
                     self._cond.notify()
 
+    def buffer_into(self, stream: str, value: Any, make: Callable[[Any], DeferredFrame]) -> None:
+        """Buffer ``value`` for ``stream`` (like ``append(..., durable=False)``): into the
+        stream's last buffered frame when that frame takes it (``DeferredFrame.add``), else
+        as the new frame ``make(value)``. The per-call path of batch frames: no item, no
+        frame object and one lock round trip per value."""
+        with self._cond:
+            self._check_open()
+            buf = self._buffers.get(stream)
+            if buf:
+                last = buf[-1]
+                frame = last.frame
+                if (
+                    last.effect is None
+                    and last.expect_seq is None
+                    and isinstance(frame, DeferredFrame)
+                    and frame.add(value)
+                ):
+                    last.saves += 1
+                    self._buffered += 1
+                    return
+        self._enqueue((self._make_item(stream, make(value), None, None),), durable=False)
+
     def append(
         self,
         stream: str,
@@ -1186,6 +1208,11 @@ class DeferredFrame:
     def join(self, later: Any) -> bool:
         """Take ``later`` (the next buffered frame of the same stream) into this one, so both
         commit as one frame (a batch); ``False`` (the default) leaves them two frames."""
+        return False
+
+    def add(self, value: Any) -> bool:
+        """Take ``value`` (see :meth:`EventLog.buffer_into`) into this buffered frame;
+        ``False`` (the default) when it cannot."""
         return False
 
 

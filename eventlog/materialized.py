@@ -17,13 +17,14 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
+from eventlog.codec import enc_hook
 from eventlog.frames import FanOutHeader, InstanceChange, Save
-from eventlog.layout import U16, U32, U64
+from eventlog.layout import U16, U32, U32X2, U64
 from eventlog.records import (
     NOT_STARTED,
     CheckpointSummary,
@@ -57,7 +58,8 @@ class HeadRow(msgspec.Struct, frozen=True, array_like=True):
     snapshot_bytes: int = 0  # bytes of the last snapshot frame
 
 
-_enc = msgspec.msgpack.Encoder()
+_enc = msgspec.msgpack.Encoder(enc_hook=enc_hook)  # as the caller's checks encode values
+NOT_STARTED_ROW: Final = _enc.encode(NOT_STARTED)  # what no row stands for
 _dec_row = msgspec.msgpack.Decoder(HeadRow)
 _dec_pos = msgspec.msgpack.Decoder(NodePosition)
 _dec_inst = msgspec.msgpack.Decoder(FanOutInstanceProgress)
@@ -180,12 +182,22 @@ def write_save(
         for hd in before.layout:
             if hd.fid not in kept:
                 txn.delete_prefix(FANOUT, k + U32.pack(hd.fid))
-    for ch in delta.instances:
-        key = k + U32.pack(ch.fid) + U32.pack(ch.index)
-        if is_not_started(ch.progress):
-            txn.delete(FANOUT, key)
-        else:
-            txn.put(FANOUT, key, _enc.encode(ch.progress))
+    if delta.instances:
+        rows: list[tuple[bytes, bytes]] = []
+        pack, encode, raw_type = U32X2.pack, _enc.encode, msgspec.Raw
+        for ch in delta.instances:
+            key = k + pack(ch.fid, ch.index)
+            p: Any = ch.progress  # a batch carries each instance encoded already (msgspec.Raw)
+            value = bytes(p) if p.__class__ is raw_type else encode(p)
+            if value == NOT_STARTED_ROW:  # absent = not started (is_not_started, as bytes)
+                if rows:  # keep the order: an index may change more than once in a batch
+                    txn.put_many(FANOUT, rows)
+                    rows = []
+                txn.delete(FANOUT, key)
+            else:
+                rows.append((key, value))
+        if rows:
+            txn.put_many(FANOUT, rows)
     if before is None or before.correlation_id != head.correlation_id:
         if before is not None:
             txn.delete(BY_CORRELATION, corr_key(before.correlation_id, sid))

@@ -1078,6 +1078,27 @@ class CheckpointLogContract:
         report = cl.verify()
         assert report.ok, str(report)
 
+    def test_save_instance_reads_a_reused_namespace_list_afresh(self, opener: Opener) -> None:
+        """The fan-out key is cached only for immutable arguments: a list mutated between
+        calls names another fan-out."""
+        cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
+        other = (*NS, "deeper")
+        base = make_record(
+            "a",
+            fan_outs=[
+                fan_out("outer", [NOT_STARTED] * 2),
+                fan_out("outer", [NOT_STARTED] * 2, namespace=other),
+            ],
+        )
+        cl.save("a", base)
+        ns = list(NS)
+        cl.save_instance("a", "outer", 0, done("first"), namespace=ns, saved_at=2.0)  # type: ignore[arg-type]
+        ns.append("deeper")
+        cl.save_instance("a", "outer", 1, done("second"), namespace=ns, saved_at=3.0)  # type: ignore[arg-type]
+        cl.flush()
+        expected = with_instance(with_instance(base, 0, 0, done("first")), 1, 1, done("second"))
+        assert cl.load("a") == msgspec.structs.replace(expected, last_saved_at=3.0)
+
     def test_pending_instances(self, opener: Opener) -> None:
         cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
         assert cl.pending_instances("a", "outer", namespace=NS) is None

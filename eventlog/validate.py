@@ -31,8 +31,9 @@ from typing import Annotated, Any, Final, NoReturn
 
 import msgspec
 
-from eventlog.codec import encode_value
+from eventlog.codec import enc_hook, encode_value
 from eventlog.errors import EncodingError, InvalidRecord
+from eventlog.records import FanOutInstanceProgress
 
 STATES: Final = frozenset(("completed", "in_flight", "not_started"))
 _INT_MIN: Final = -(2**63)
@@ -393,19 +394,57 @@ def check_instance_args(
 ) -> int:
     """The arguments of ``save_instance`` (the invocation id is checked as a stream key);
     returns the encoded size of the progress's result."""
+    check_fan_out_key(fan_out_node_name, namespace, lineage)
+    check_instance_save(index, progress, saved_at)
+    return check_result(getattr(progress, "result", None), f"instances[{index}].result")
+
+
+def check_fan_out_key(fan_out_node_name: Any, namespace: Any, lineage: Any) -> None:
+    """The arguments of ``save_instance`` naming the fan-out."""
     check_str(fan_out_node_name, "fan_out_node_name")
-    if not is_int(index) or index < 0:
-        fail("index", "an int >= 0 (not a bool)", index)
-    if progress is None or isinstance(progress, (dict, list, tuple, str)):
-        fail("progress", "a FanOutInstanceProgress (or an object with its attributes)", progress)
-    check_instance(progress, "progress", result=False)
-    size = check_result(getattr(progress, "result", None), f"instances[{index}].result")
     check_strs(namespace, "namespace")
     check_lineage(lineage, "lineage")
-    if saved_at is not None and not is_float(saved_at):
+
+
+def check_instance_save(index: Any, progress: Any, saved_at: Any) -> None:
+    """The arguments of ``save_instance`` naming the instance and its progress (all but the
+    result, which :func:`encode_progress` checks as it encodes it)."""
+    if (index.__class__ is not int or index < 0 or index >= _INT_END) and (
+        not is_int(index) or index < 0
+    ):
+        fail("index", "an int >= 0 (not a bool)", index)
+    if progress.__class__ is FanOutInstanceProgress:  # ours: the common case, checked inline
+        state = progress.state
+        if state.__class__ is not str or state not in STATES:
+            fail("progress.state", "one of 'completed', 'in_flight', 'not_started'", state)
+        err = progress.result_is_error
+        if err is not True and err is not False:
+            fail("progress.result_is_error", "a bool", err)
+        inner = progress.completed_inner_positions
+        if inner.__class__ is not tuple or inner:
+            check_positions(inner, "progress.completed_inner_positions")
+    else:
+        if progress is None or isinstance(progress, (dict, list, tuple, str)):
+            fail(
+                "progress", "a FanOutInstanceProgress (or an object with its attributes)", progress
+            )
+        check_instance(progress, "progress", result=False)
+    if saved_at is not None and saved_at.__class__ is not float and not is_float(saved_at):
         fail(
             "saved_at",
             "None or a float/int timestamp (not a datetime, a Decimal or a str)",
             saved_at,
         )
-    return size
+
+
+def encode_progress(progress: FanOutInstanceProgress, index: int) -> bytes:
+    """The msgpack bytes of a checked instance progress, as its row and frames store it;
+    :class:`EncodingError` naming ``instances[index].result`` when its result does not encode."""
+    try:
+        return _progress_encoder.encode(progress)
+    except (TypeError, ValueError, OverflowError, NotImplementedError):
+        check_result(progress.result, f"instances[{index}].result")  # raises, naming the path
+        raise
+
+
+_progress_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog.frames import Save, Snapshot, Tombstone
+from eventlog.frames import InstanceChange, Save, Snapshot, Tombstone
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -328,11 +328,11 @@ def frame_diff(before: Head | None, frame: Any, seq: int, invocation_id: str) ->
             if s.header.fid not in kept
         )
     instances = []
-    for ch in frame.instances:
-        slot = by_fid[ch.fid]
-        old = slot.instances[ch.index]
-        if old != ch.progress:
-            instances.append(_instance_diff(_slot_fan_out(slot), ch.index, old, ch.progress))
+    for (fid, index), progress in _last_changes(frame.instances).items():
+        slot = by_fid[fid]
+        old = slot.instances[index]
+        if old != progress:
+            instances.append(_instance_diff(_slot_fan_out(slot), index, old, progress))
     return RecordDiff(
         existed_before=True,
         exists_after=True,
@@ -373,7 +373,15 @@ def update_counts(counts: dict[str, int], before: Head | None, frame: Any) -> bo
     if before is None or not isinstance(frame, Save) or frame.layout is not None:
         return False
     by_fid = {s.header.fid: s for s in before.slots} if frame.instances else {}
-    for ch in frame.instances:
-        _count(counts, by_fid[ch.fid].instances[ch.index], -1)
-        _count(counts, ch.progress, 1)
+    for (fid, index), progress in _last_changes(frame.instances).items():
+        _count(counts, by_fid[fid].instances[index], -1)
+        _count(counts, progress, 1)
     return True
+
+
+def _last_changes(
+    changes: tuple[InstanceChange, ...],
+) -> dict[tuple[int, int], FanOutInstanceProgress]:
+    """Each changed instance's new progress: in a batch (several buffered ``save_instance``
+    calls in one frame) an instance may change more than once, and the later change wins."""
+    return {(ch.fid, ch.index): ch.progress for ch in changes}

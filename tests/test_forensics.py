@@ -37,6 +37,7 @@ from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
     FanOutInstanceProgress,
+    FanOutInternalSaveBatching,
     FanOutProgress,
     NodePosition,
 )
@@ -196,6 +197,66 @@ def test_replay_diffs_equal_record_diffs(data: st.DataObject) -> None:
             note(f"seq {step.seq}")
             assert step.changes == diff_records(before, step.record)
             before = step.record
+    finally:
+        cl.close()
+
+
+def test_a_batch_frame_replays_as_one_step_with_each_change_timed() -> None:
+    """Buffered save_instance calls commit as one frame (a batch). Replay shows one step whose
+    diff equals the diff of the records around it (an index saved twice in the batch shows
+    once, from its state before the batch to the later change), each change carries the time
+    of the call that made it, and the running counts see only the later change."""
+    cl = CheckpointLog.on_backend(
+        MemoryBackend(), batching=FanOutInternalSaveBatching(flush_every=100)
+    )
+    try:
+        cl.save("i", rec("i", 0, fan_out=(NOT_STARTED,) * 3))
+        calls = [(0, FanOutInstanceProgress("in_flight")),
+                 (1, FanOutInstanceProgress("completed", 1)),
+                 (0, FanOutInstanceProgress("completed", 2))]  # fmt: skip
+        for index, progress in calls:
+            cl.save_instance("i", "work", index, progress)
+        cl.flush()
+        batch = cl.log.read_stream("i", 2, 2)
+        frame = next(iter(batch)).frame
+        assert len(frame.instance_saved_at) == 3
+        first, last = cl.record_at("i", 1), cl.record_at("i", 2)
+        steps = list(cl.replay("i"))
+        assert [s.seq for s in steps] == [1, 2]
+        step = steps[1]
+        assert step.changes == diff_records(first, last)
+        assert [(d.index, d.old_state, d.new_state, d.new_result) for d in
+                step.changes.instances] == [(0, "not_started", "completed", 2),
+                                            (1, "not_started", "completed", 1)]  # fmt: skip
+        times = frame.instance_saved_at
+        assert step.instance_saved_at == (times[2], times[1])  # parallel to changes.instances
+        assert steps[0].instance_saved_at == ()  # not a batch
+        walked = list(forensics.walk(cl.log, "i", counts=True))
+        assert isinstance(walked[1], forensics.Step)
+        assert walked[1].counts == {"total": 3, "completed": 2, "in_flight": 0, "errors": 0}
+        assert walked[1].instance_saves == 3
+        assert isinstance(walked[0], forensics.Step)
+        assert walked[0].instance_saves is None
+    finally:
+        cl.close()
+
+
+def test_replay_from_a_snapshot_diffs_against_the_record_before_it() -> None:
+    """A replay (or walk with diffs) starting at a snapshot frame shows what that save changed,
+    not the whole record as if it were created there."""
+    cl = CheckpointLog.on_backend(MemoryBackend())
+    try:
+        cl.save("i", rec("i", 0, fan_out=(NOT_STARTED,) * 200))
+        for i in range(200):  # unbatched: a frame each, with snapshots along the way
+            cl.save_instance("i", "work", i, FanOutInstanceProgress("completed", i))
+        walked = list(forensics.walk(cl.log, "i"))
+        snaps = [s.seq for s in walked if isinstance(s, forensics.Step) and
+                 s.frame_type == "snapshot" and s.seq > 1]  # fmt: skip
+        assert snaps
+        for seq in snaps:
+            step = next(cl.replay("i", from_seq=seq, to_seq=seq))
+            assert step.changes == diff_records(cl.record_at("i", seq - 1), cl.record_at("i", seq))
+            assert [d.index for d in step.changes.instances] == [seq - 2]
     finally:
         cl.close()
 

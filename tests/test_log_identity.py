@@ -157,3 +157,18 @@ def test_a_directory_with_other_files_is_still_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"non-empty directory without data\.mdb"):
         EventLog.open(path)
     assert sorted(p.name for p in path.iterdir()) == ["lock.mdb", "notes.txt"]
+
+
+def test_a_log_created_by_another_process_meanwhile_is_used(tmp_path: Path) -> None:
+    """Regression: an opener that found no data.mdb, then (another creator's link landing in
+    between) a directory holding one, refused it as a non-empty non-log directory."""
+    path = tmp_path / "log"
+    with EventLog.open(path, durability="process") as first:
+        first.append("s", Event(name="a"))
+    before = (path / "data.mdb").read_bytes()
+    # what the late opener runs after its own look found no data.mdb
+    lmdb_backend._create_data_file(path, ("log",), 1 << 20)
+    assert (path / "data.mdb").read_bytes() == before
+    assert sorted(c.name for c in path.iterdir()) == ["data.mdb", "lock.mdb"]
+    with EventLog.open(path, durability="process") as second:
+        assert [sf.frame.name for sf in second.read_stream("s")] == ["a"]

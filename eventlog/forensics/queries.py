@@ -131,6 +131,9 @@ class ReplayStep(msgspec.Struct, frozen=True):
     kind: str
     record: CheckpointRecord | None
     changes: RecordDiff
+    # For a batch (several save_instance calls in one frame): the time of each change in
+    # ``changes.instances``, in the same order; empty for any other frame (see ``saved_at``).
+    instance_saved_at: tuple[float, ...] = ()
 
 
 def replay(
@@ -141,7 +144,9 @@ def replay(
         assert isinstance(step, Step)
         if step.diff is None:
             continue  # an application event in the stream: not a record
-        yield ReplayStep(step.seq, step.saved_at, step.kind, step.record(), step.diff)
+        yield ReplayStep(
+            step.seq, step.saved_at, step.kind, step.record(), step.diff, step.instance_saved_at()
+        )
 
 
 class ScanEntry(msgspec.Struct, frozen=True):

@@ -21,6 +21,7 @@ from eventlog.frames import (
     CHECKPOINT_FRAMES,
     Compacted,
     Event,
+    InstanceChange,
     Save,
     Snapshot,
     Tombstone,
@@ -207,6 +208,39 @@ class Step:
     def record(self) -> CheckpointRecord | None:
         return None if self.head is None else to_record(self.head)
 
+    @property
+    def instance_saves(self) -> int | None:
+        """How many ``save_instance`` calls the frame commits when it is a batch of them
+        (``Save.instance_saved_at`` set); ``None`` for any other frame."""
+        changes, _ = batch_of(self.frame)
+        return len(changes) if changes else None
+
+    def instance_saved_at(self) -> tuple[float, ...]:
+        """For a batch, the time of the change behind each of ``diff.instances`` (in the same
+        order; an instance changed twice in the batch takes the later time); ``()`` for any
+        other frame or without a diff. Reads the live head: call it before advancing."""
+        changes, times = batch_of(self.frame)
+        if self.diff is None or self.head is None or not changes:
+            return ()
+        names = {s.header.fid: s.header for s in self.head.slots}
+        when: dict[tuple[str, tuple[str, ...], Any, int], float] = {}
+        for ch, t in zip(changes, times, strict=True):
+            h = names[ch.fid]
+            when[(h.fan_out_node_name, h.namespace, h.lineage, ch.index)] = t
+        keys = ((d.fan_out, d.namespace, d.lineage, d.index) for d in self.diff.instances)
+        return tuple(when[k] for k in keys)
+
+
+def batch_of(frame: Any) -> tuple[tuple[InstanceChange, ...], tuple[float, ...]]:
+    """The ``save_instance`` calls a frame commits as a batch, with the time of each (a
+    ``Save`` with ``instance_saved_at``, or a ``Snapshot`` written for one: its ``batch``);
+    ``((), ())`` for any other frame."""
+    if isinstance(frame, Save) and frame.instance_saved_at:
+        return frame.instances, frame.instance_saved_at
+    if isinstance(frame, Snapshot) and frame.batch:
+        return frame.batch, frame.instance_saved_at
+    return (), ()
+
 
 def walk(
     log: EventLog,
@@ -220,7 +254,8 @@ def walk(
 ) -> Iterator[Step | Unreadable]:
     """Fold ``stream`` and yield a :class:`Step` per frame with ``from_seq <= seq <= to_seq``.
 
-    Folding starts at the newest snapshot at or before ``from_seq``. Strict (default): a
+    Folding starts at the newest snapshot at or before ``from_seq`` (before it, with
+    ``diffs``: the diff a snapshot makes needs the record before it). Strict (default): a
     damaged frame raises ``CorruptFrame``. Tolerant: see :class:`Unreadable`.
     """
     start = 1
@@ -230,7 +265,7 @@ def walk(
             if sid is None:
                 return
             if _has_table(log, SNAPSHOTS):
-                start = last_snapshot_at_or_before(txn, sid, from_seq)
+                start = last_snapshot_at_or_before(txn, sid, from_seq - 1 if diffs else from_seq)
     source: Iterable[StoredFrame[Any] | Unreadable] = (
         read_frames(log, stream, start, to_seq)
         if tolerant
