@@ -4,6 +4,11 @@
 
 const $ = (id) => document.getElementById(id);
 
+// Script errors are kept where the browser tests look for them.
+const noteError = (message) => { (window.__ckptlogErrors = window.__ckptlogErrors || []).push(String(message)); };
+window.addEventListener("error", (e) => noteError(e.message));
+window.addEventListener("unhandledrejection", (e) => noteError(e.reason && e.reason.message ? e.reason.message : e.reason));
+
 const present = (kids) => kids.flat().filter((k) => k !== null && k !== undefined && k !== false);
 // Children are Nodes or strings (strings become text nodes, never HTML).
 function put(parent, ...kids) { parent.append(...present(kids)); }
@@ -105,11 +110,11 @@ function invRow(r) {
   put(li, 
     el("div", { class: "inv-id mono" }, r.id),
     el("div", { class: "inv-meta" },
-      el("span", { class: `badge ${r.status}` }, r.status),
+      r.status !== "-" ? el("span", { class: `badge ${r.status}` }, r.status) : null,
       el("span", { class: "dim" }, familyLabel(r)),
       r.correlation_id ? el("span", { class: "dim mono" }, `corr ${r.correlation_id}`) : null),
     el("div", { class: "inv-meta dim" },
-      `${fmtN(r.saves)} saves · first ${fmtTime(r.first_saved_at)} · last ${fmtTime(r.last_saved_at)}`),
+      `${fmtN(r.saves)} ${r.family === "checkpoint" && r.kind !== "event" ? "saves" : "frames"} · first ${fmtTime(r.first_saved_at)} · last ${fmtTime(r.last_saved_at)}`),
     r.instances ? el("div", { class: "inv-meta" }, progressBar(r.completed, r.errors, r.instances),
       el("span", { class: "dim" }, `${fmtN(r.completed)}/${fmtN(r.instances)} done` + (r.errors ? `, ${fmtN(r.errors)} failed` : ""))) : null,
   );
@@ -368,7 +373,7 @@ class InvocationView {
     const last = tl.bins[tl.bins.length - 1].fan_outs[k];
     const pick = el("select", { id: "fan-pick" }, ...tl.fan_outs.map((f, i) => el("option", { value: String(i), selected: i === k }, `${f.name}${f.namespace.length ? " in " + f.namespace.join("/") : ""} (${fmtN(f.count)})`)));
     pick.addEventListener("change", () => { this.fan = Number(pick.value); this.drawFans(); this.gridRange = [0, 0]; this.loadGrid(); this.loadFailures(0); });
-    put(this.fanLegend, pick,
+    put(this.fanLegend, pick, el("span", { class: "dim" }, `at seq ${fmtN(tl.hi)}:`),
       el("span", { class: "key-ok" }, `completed ${fmtN(last[0])}`),
       el("span", { class: "key-bad" }, `failed ${fmtN(last[1])}`),
       el("span", { class: "key-pending" }, `pending ${fmtN(last[2])}`),
@@ -431,7 +436,7 @@ class InvocationView {
         el("td", { class: "mono" }, f.name), el("td", { class: "mono" }, f.namespace.join("/") || "-"), el("td", {}, fmtN(f.count)),
         el("td", {}, fmtN(f.completed)), el("td", { class: f.failed ? "bad" : "" }, fmtN(f.failed)), el("td", {}, fmtN(f.in_flight)), el("td", {}, fmtN(f.not_started)))));
     this.gridCanvas = el("canvas", { class: "grid", id: "grid" });
-    this.gridCanvas.style.height = "200px";
+    this.gridCanvas.style.height = "192px";
     this.gridInfo = el("div", { class: "dim small", id: "grid-info" });
     this.instBox = el("div", { id: "instance" });
     const goIndex = el("input", { type: "number", min: "0", placeholder: "instance #", class: "seq-input", id: "inst-index" });
@@ -459,7 +464,12 @@ class InvocationView {
     let g;
     try { g = await api("instances", { id: this.id, seq: this.rec.seq, fan: this.fan, lo, hi, bins: cols * rows }); }
     catch (err) { this.gridInfo.textContent = String(err.message); return; }
-    this.grid = { ...g, cols, rows };
+    // Few cells (zoomed in): bigger ones, as many rows as they need.
+    const width = this.gridCanvas.clientWidth || 600;
+    const size = g.bins.length * 24 * 24 <= width * rows * 12 ? 24 : 12;
+    const perRow = Math.max(1, Math.floor(width / size));
+    this.grid = { ...g, cols: perRow, size };
+    this.gridCanvas.style.height = `${Math.max(1, Math.ceil(g.bins.length / perRow)) * size}px`;
     this.gridRange = [g.lo, g.hi];
     this.drawGrid();
     this.gridInfo.textContent = `instances ${fmtN(g.lo)}..${fmtN(g.hi - 1)} of ${fmtN(g.count)}, ${fmtN(g.width)} per cell`;
@@ -468,8 +478,8 @@ class InvocationView {
   drawGrid() {
     const g = this.grid;
     if (!g || !this.gridCanvas) return;
-    const [ctx, w] = sizeCanvas(this.gridCanvas);
-    const cw = w / g.cols, ch = 12;
+    const [ctx] = sizeCanvas(this.gridCanvas);
+    const cw = g.size, ch = g.size;
     g.bins.forEach((b, i) => {
       const [, ns, flight, done, failed] = b;
       const n = ns + flight + done + failed;
@@ -488,8 +498,9 @@ class InvocationView {
   cellAt(e) {
     const g = this.grid;
     if (!g) return null;
-    const cw = this.gridCanvas.clientWidth / g.cols;
-    const i = Math.floor(e.offsetY / 12) * g.cols + Math.floor(e.offsetX / cw);
+    const col = Math.floor(e.offsetX / g.size);
+    if (col >= g.cols) return null;
+    const i = Math.floor(e.offsetY / g.size) * g.cols + col;
     return i >= 0 && i < g.bins.length ? g.bins[i] : null;
   }
 
@@ -525,7 +536,7 @@ class InvocationView {
   async loadFailures(offset) {
     if (!this.tl || !this.tl.fan_outs.length) { fill(this.failBox, el("p", { class: "dim" }, "no fan-out")); return; }
     let f;
-    try { f = await api("failures", { id: this.id, fan: this.fan, offset, limit: 20 }); } catch (err) { showError(this.failBox, err); return; }
+    try { f = await api("failures", { id: this.id, fan: this.fan, offset, limit: 10 }); } catch (err) { showError(this.failBox, err); return; }
     if (!f.total) { fill(this.failBox, el("p", { class: "dim" }, "no instance of this fan-out failed")); return; }
     fill(this.failBox, 
       el("div", { class: "dim" }, `${fmtN(f.total)} failures`),
@@ -533,8 +544,8 @@ class InvocationView {
         ...f.rows.map((x, i) => el("tr", { class: "click", onclick: () => this.goto(x.seq).then(() => this.openInstance(x.index)) },
           el("td", {}, fmtN(offset + i + 1)), el("td", { class: "mono" }, fmtN(x.index)), el("td", {}, fmtTime(x.t)), el("td", {}, fmtN(x.seq))))),
       el("div", { class: "pager" },
-        el("button", { type: "button", disabled: offset === 0, onclick: () => this.loadFailures(Math.max(0, offset - 20)) }, "←"),
-        el("button", { type: "button", disabled: offset + 20 >= f.total, onclick: () => this.loadFailures(offset + 20) }, "→")));
+        el("button", { type: "button", disabled: offset === 0, onclick: () => this.loadFailures(Math.max(0, offset - 10)) }, "←"),
+        el("button", { type: "button", disabled: offset + 10 >= f.total, onclick: () => this.loadFailures(offset + 10) }, "→")));
   }
 
   async diff() {
@@ -603,6 +614,7 @@ class LangGraphView {
   }
 
   show(n) {
+    for (const node of this.treeBox.querySelectorAll(".lg-node")) node.classList.toggle("selected", node.dataset.id === n.id);
     fill(this.detail, 
       el("div", { class: "mono" }, `checkpoint ${n.id}`), el("div", { class: "dim" }, `parent ${n.parent_id || "-"}`),
       el("h4", {}, "channel values"), renderTree(n.channels, null, [], true),
