@@ -394,9 +394,6 @@ class Timeline:
         gaps = sorted(self.times[i] - self.times[i - 1] for i in range(1, n, step))
         return max(0.0, gaps[len(gaps) // 2])
 
-    def kind_at(self, seq: int) -> str:
-        return self.KINDS[self.kinds[seq - 1]] if 0 < seq <= self.indexed else ""
-
     def fan(self, k: int) -> _FanIndex:
         fans = list(self.fans.values())
         if not 0 <= k < len(fans):
@@ -539,14 +536,15 @@ class Viewer:
         try:
             report = self.cl.verify(progress)
             problems: list[Problem] = list(report.problems)
-            streams = self.cl.log.streams()
-            if any(s.startswith("lg:") for s in streams):
-                from eventlog.integrations.langgraph_store import (  # noqa: PLC0415
-                    TABLES,
-                    verify_views,
-                )
-
-                problems.extend(verify_views(self._integration_log("langgraph", TABLES)))
+            problems.extend(self._integration_problems())
+            seen: set[tuple[Any, ...]] = set()
+            unique = []
+            for p in problems:  # an integration's verify repeats the log's own checks
+                key = (p.kind, p.stream, p.seq, p.detail)
+                if key not in seen:
+                    seen.add(key)
+                    unique.append(p)
+            problems = unique
             result = {
                 "state": "done",
                 "ok": not problems,
@@ -557,6 +555,28 @@ class Viewer:
             result = {"state": "failed", "error": f"{type(e).__name__}: {e}"}
         with self._lock:
             self._verify = {**self._verify, **result}
+
+    def _integration_problems(self) -> list[Problem]:
+        """What each integration's own verify finds (its views and head rows against its
+        frames), for the integrations whose streams the log holds."""
+        streams = self.cl.log.streams()
+        problems: list[Problem] = []
+        if any(s.startswith("lg:") for s in streams):
+            from eventlog.integrations import langgraph_store  # noqa: PLC0415
+
+            log = self._integration_log("langgraph", langgraph_store.TABLES)
+            problems.extend(langgraph_store.verify_views(log))
+        if any(s.startswith("techrevati:") for s in streams):
+            from eventlog.integrations import techrevati  # noqa: PLC0415
+
+            log = self._integration_log("techrevati", techrevati.TABLES)
+            problems.extend(techrevati.LogSaver(log).verify().problems)
+        if any(s.startswith("apflow:") for s in streams):
+            from eventlog.integrations import apflow  # noqa: PLC0415
+
+            log = self._integration_log("apflow", apflow.TABLES)
+            problems.extend(apflow.LogCheckpointManager(log=log).verify().problems)
+        return problems
 
     # -- one checkpoint invocation ---------------------------------------------------------
 

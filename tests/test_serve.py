@@ -547,3 +547,35 @@ def test_cli_serve_prints_its_url_and_serves(mixed_path: Path) -> None:
         finally:
             proc.terminate()
             proc.communicate(timeout=30)
+
+
+def test_verify_includes_the_integrations_own_checks(tmp_path: Path) -> None:
+    """A techrevati head row removed behind the log's back: the log's own checks pass, the
+    integration's verify names the thread, and the page's verify shows it."""
+    import lmdb  # noqa: PLC0415
+
+    path = tmp_path / "mixed"
+    build_mixed(path, instances=10)
+    env = lmdb.open(str(path), max_dbs=64)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"techrevati", txn=txn)
+        heads = [k for k, _ in txn.cursor(db=db) if k.startswith(b"h")]
+        assert heads
+        for k in heads:
+            txn.delete(k, db=db)
+    env.close()
+    server = start(path)
+    try:
+        c = Client(server)
+        state = c.api("verify", start=1)
+        while state["state"] == "running":
+            time.sleep(0.05)
+            state = c.api("verify")
+        assert state["state"] == "done"
+        assert not state["ok"]
+        streams = {p["stream"] for p in state["problems"]}
+        assert "techrevati:tr-1" in streams
+        assert all(p["stream"].startswith("techrevati:") for p in state["problems"])
+    finally:
+        server.shutdown()
+        server.server_close()
