@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import contextlib
 import hmac
 import http.server
 import importlib.resources
@@ -37,13 +38,14 @@ import threading
 import time
 import urllib.parse
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from typing import IO, Any, Final
 
 import msgspec
 
 from eventlog import forensics as fx
+from eventlog.checkpoints import CheckpointLog
 from eventlog.errors import CheckpointError
 from eventlog.frames import Save, Snapshot, Tombstone
 from eventlog.log import EventLog, Problem
@@ -415,26 +417,101 @@ class _Record:
                 self.codes.append(bytearray(map(_code, fo.instances)))
 
 
+class _Logs:
+    """Read-only log objects, one per thread using them at a time.
+
+    An ``EventLog`` decompresses frames with one zstd context, which two threads must not use
+    at once (it corrupts reads, and can crash the process); so every request borrows its own
+    log objects for its duration. They share the process's one LMDB environment of the path.
+    """
+
+    def __init__(self, location: str, options: dict[str, Any]) -> None:
+        self.location = location
+        self.options = options
+        self._lock = threading.Lock()
+        self._free: list[dict[str, Any]] = []
+        self._all: list[dict[str, Any]] = []
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Bind a free set of log objects to this thread until the block ends."""
+        if getattr(self._local, "logs", None) is not None:
+            yield  # nested: keep the ones bound
+            return
+        with self._lock:
+            logs = self._free.pop() if self._free else None
+            if logs is None:
+                logs = {}
+                self._all.append(logs)
+        self._local.logs = logs
+        try:
+            yield
+        finally:
+            self._local.logs = None
+            with self._lock:
+                self._free.append(logs)
+
+    def checkpoints(self) -> CheckpointLog:
+        logs = self._bound()
+        cl = logs.get("")
+        if cl is None:
+            cl = logs[""] = CheckpointLog.open(self.location, readonly=True, **self.options)
+        assert isinstance(cl, CheckpointLog)
+        return cl
+
+    def integration(self, family: str, tables: Any) -> EventLog:
+        """An ``EventLog`` with the integration's tables opened too (read-only like the rest)."""
+        logs = self._bound()
+        log = logs.get(family)
+        if log is None:
+            log = logs[family] = EventLog.open(
+                self.location, readonly=True, extra_tables=tables, **self.options
+            )
+        assert isinstance(log, EventLog)
+        return log
+
+    def _bound(self) -> dict[str, Any]:
+        logs = getattr(self._local, "logs", None)
+        if logs is None:
+            raise RuntimeError("log read outside Viewer.session(): a bug in ckptlog serve")
+        assert isinstance(logs, dict)
+        return logs
+
+    def close(self) -> None:
+        with self._lock:
+            for logs in self._all:
+                for log in logs.values():
+                    log.close()
+            self._all.clear()
+            self._free.clear()
+
+
 class Viewer:
-    """The read-only view of one log that the HTTP handler serves."""
+    """The read-only view of one log that the HTTP handler serves. Every method that reads the
+    log runs inside :meth:`session` (the handler and the verify thread open one)."""
 
     def __init__(self, path: str, **options: Any) -> None:
         self.path = path
         self.opened = fx.open_readonly(path, **options)
-        self.cl = self.opened.log
         self.problems = [msgspec.to_builtins(p) for p in self.opened.problems]
+        self._logs = _Logs(self.opened.log.log.backend.location, options)
         self._lock = threading.Lock()
         self._timelines: dict[str, Timeline] = {}
         self._records: collections.OrderedDict[tuple[str, int], _Record] = collections.OrderedDict()
         self._inv_cache: tuple[int, list[dict[str, Any]]] | None = None
-        self._integration_logs: dict[str, Any] = {}
         self._verify: dict[str, Any] = {"state": "idle"}
 
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        return self._logs.session()
+
+    @property
+    def cl(self) -> CheckpointLog:
+        """This thread's read-only checkpoint log (inside :meth:`session`)."""
+        return self._logs.checkpoints()
+
     def close(self) -> None:
-        for reader in self._integration_logs.values():
-            log = getattr(reader, "log", None)
-            if isinstance(log, EventLog):
-                log.close()
+        self._logs.close()
         self.opened.close()
 
     # -- the whole log ---------------------------------------------------------------------
@@ -530,6 +607,10 @@ class Viewer:
             return dict(self._verify)
 
     def _run_verify(self) -> None:
+        with self.session():
+            self._verify_now()
+
+    def _verify_now(self) -> None:
         def progress(done: int, total: int) -> None:
             self._verify.update(done=done, total=total)
 
@@ -780,16 +861,7 @@ class Viewer:
         return {"stream": stream, "total": last, "offset": offset, "rows": rows}
 
     def _integration_log(self, family: str, tables: Any) -> EventLog:
-        with self._lock:
-            log = self._integration_logs.get(family)
-            if log is None:
-                # The same LMDB environment (one per process and path), with the tables the
-                # integration reads opened too; read-only like the rest.
-                log = EventLog.open(self.cl.log.backend.location, readonly=True,
-                                    extra_tables=tables)  # fmt: skip
-                self._integration_logs[family] = log
-            assert isinstance(log, EventLog)
-            return log
+        return self._logs.integration(family, tables)
 
     def langgraph(self, thread_id: str, ns: str, offset: int, limit: int) -> dict[str, Any]:
         """A thread's checkpoints in one namespace, newest first, each with its parent (the
@@ -1097,7 +1169,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no endpoint {route!r}"})
             return
         try:
-            result = fn(args)
+            with srv.viewer.session():
+                result = fn(args)
         except (BadRequest, fx.InvalidArgument, fx.NoSuchInvocation) as e:
             self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)}, head)
             return

@@ -579,3 +579,35 @@ def test_verify_includes_the_integrations_own_checks(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_concurrent_requests_read_compressed_frames(tmp_path: Path) -> None:
+    """Requests run on several threads at once; each reads (and decompresses) large frames.
+    A zstd context shared between threads corrupts reads: each thread gets its own log."""
+    import concurrent.futures  # noqa: PLC0415
+
+    from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
+    from eventlog.frames import Event  # noqa: PLC0415
+
+    path = tmp_path / "log"
+    with CheckpointLog.open(path, durability="process") as cl:
+        for i in range(12):
+            cl.log.append("ev", Event(name="big", data=[f"row {j} {i}" for j in range(50_000)]))
+    server = start(path)
+    try:
+        c = Client(server)
+
+        def fetch(k: int) -> int:
+            for _ in range(3):
+                got = c.get(
+                    f"/api/frames?id=ev&offset={k % 6}&limit=6", host=f"127.0.0.1:{server.port}"
+                )
+                if got[0] != 200:
+                    return got[0]
+            return 200
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            assert set(pool.map(fetch, range(16))) == {200}
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -332,6 +332,7 @@ def time_page(d: Any, server: serve.ViewerServer, stream: str) -> dict[str, floa
     started = time.perf_counter()
     find(d, f'#inv-list li[data-id="{stream}"]').click()
     wait(d, lambda d: text(d, "#tl-status") and text(d, "#rec-seq"), 60)
+    assert "Error" not in text(d, "#record"), text(d, "#record")
     first = (time.perf_counter() - started) * 1e3
     wait(d, lambda d: find(d, "#detail").get_attribute("data-timeline") == "ready", 120)
     full = (time.perf_counter() - started) * 1e3
