@@ -26,6 +26,7 @@ import argparse
 import bisect
 import collections
 import contextlib
+import heapq
 import hmac
 import http.server
 import importlib.resources
@@ -265,8 +266,9 @@ class Timeline:
             for n, item in enumerate(fx.read_frames(log, self.stream, self.indexed + 1)):
                 if isinstance(item, fx.Unreadable):
                     self.unreadable.append(msgspec.to_builtins(item))
-                    for _ in range(item.seq, item.last_seq + 1):
-                        self._frame(item.seq, self.times[-1] if self.times else 0.0, "event")
+                    if item.problem != "chain":  # (a frame that does not chain is still read)
+                        for seq in range(item.seq, item.last_seq + 1):  # keep seqs aligned
+                            self._frame(seq, self.times[-1] if self.times else 0.0, "event")
                     continue
                 self._add(item.seq, item.frame)
                 if n % 256 == 255 and time.monotonic() > deadline:
@@ -276,12 +278,8 @@ class Timeline:
         if self.times:
             gap = t - self.times[-1]
             if len(self.pauses) < PAUSES_MAX:
-                import heapq  # noqa: PLC0415
-
                 heapq.heappush(self.pauses, (gap, seq))
             elif gap > self.pauses[0][0]:
-                import heapq  # noqa: PLC0415
-
                 heapq.heapreplace(self.pauses, (gap, seq))
         self.times.append(t)
         self.kinds.append(self.KINDS.index(kind) if kind in self.KINDS else 0)

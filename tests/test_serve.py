@@ -305,6 +305,7 @@ def test_verify_locates_every_problem(tmp_path: Path) -> None:
         located = [(p["stream"], p["seq"]) for p in state["problems"]]
         assert ("a", 2) in located
         tl = c.api("timeline", id="a")
+        assert tl["indexed"] == tl["last_seq"] == 3  # the damaged seq keeps its place
         assert tl["unreadable"]
         assert tl["unreadable"][0]["seq"] == 2
     finally:
