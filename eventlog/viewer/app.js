@@ -278,12 +278,25 @@ class InvocationView {
     }
   }
 
+  // One timeline request at a time; a refresh asked for meanwhile runs after it.
   async loadTimeline() {
+    if (this.tlBusy) { this.tlAgain = true; return; }
+    this.tlBusy = true;
+    let more = false;
+    try { more = await this.fetchTimeline(); } finally { this.tlBusy = false; }
+    if (more || this.tlAgain) {
+      this.tlAgain = false;
+      setTimeout(() => { if (S.view === this) this.loadTimeline(); }, 30);
+    }
+  }
+
+  // false once the timeline is fully indexed (true: ask again for the rest)
+  async fetchTimeline() {
     const params = { id: this.id, bins: 400 };
     if (this.range) { params.lo = this.range[0]; params.hi = this.range[1]; }
     let tl;
-    try { tl = await api("timeline", params); } catch (err) { this.tlStatus.textContent = String(err.message); return; }
-    if (S.view !== this) return;
+    try { tl = await api("timeline", params); } catch (err) { this.tlStatus.textContent = String(err.message); return false; }
+    if (S.view !== this) return false;
     this.tl = tl;
     this.last = tl.last_seq;
     for (const input of [this.seqRange, this.seqInput, this.diffA, this.diffB]) input.max = String(this.last);
@@ -297,9 +310,10 @@ class InvocationView {
       tl.pauses.length ? el("span", { class: "dim" }, "longest pauses: ") : null,
       ...tl.pauses.slice(0, 8).map((p) => el("button", { type: "button", class: "chip", onclick: () => this.goto(p.seq) }, `${fmtGap(p.gap)} before seq ${fmtN(p.seq)}`)),
     );
-    if (!complete) { setTimeout(() => { if (S.view === this) this.loadTimeline(); }, 30); return; }
+    if (!complete) return true;
     this.root.dataset.timeline = "ready";
     this.loadFailures(0);
+    return false;
   }
 
   xOf(seq, w) {
