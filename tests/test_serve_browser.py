@@ -163,6 +163,14 @@ def test_pick_scrub_open_an_instance_and_a_diff(
     open_page(d, mixed)
     assert "9 streams" in text(d, "#inv-count")
     pick(d, "job-1", "job-1")
+    # the list's progress bar: 1,980 of 2,000 completed fill ~99% of it (styles pass the CSP)
+    bar = d.execute_script(
+        "const b = document.querySelector('#inv-list .bar');"
+        "const w = (css) => b.querySelector(css).offsetWidth;"
+        "return [w('.ok'), w('.bad'), b.offsetWidth]"
+    )
+    assert bar[0] >= 0.95 * bar[2]
+    assert bar[1] >= 1
     wait(d, lambda d: find(d, "#detail").get_attribute("data-timeline") == "ready")
     assert "10 frames" in text(d, "#tl-status")
     assert "before seq 5" in text(d, ".pauses")  # the 30 s pause, marked

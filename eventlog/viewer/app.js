@@ -20,6 +20,7 @@ function el(tag, props, ...kids) {
     if (v === undefined || v === null || v === false) continue;
     if (k === "class") e.className = v;
     else if (k === "text") e.textContent = v;
+    else if (k === "style") e.style.cssText = v; // CSSOM: allowed by the page's CSP, unlike a style attribute
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v === true ? "" : String(v));
   }
