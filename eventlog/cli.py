@@ -988,6 +988,12 @@ def cmd_bench(ctx: Ctx) -> int:
     return int(bench_main(argv) or 0)
 
 
+def cmd_serve(ctx: Ctx) -> int:
+    from eventlog import serve  # noqa: PLC0415 - the web viewer loads only when asked for
+
+    return serve.run(ctx.args, ctx.out, ctx.err)
+
+
 # -- argument parsing --------------------------------------------------------------------------
 
 
@@ -1009,6 +1015,7 @@ COMMANDS: dict[str, tuple[Callable[[Ctx], int], str]] = {
     "verify": (cmd_verify, "check checksums, hash chains, index and materialized rows"),
     "stats": (cmd_stats, "counts and sizes of a log"),
     "compact": (cmd_compact, "write a compacted copy of a log to a new log"),
+    "serve": (cmd_serve, "a read-only web viewer of a log on http://127.0.0.1:8765/"),
     "bench": (cmd_bench, "run the benchmarks (python -m benchmarks ARGS)"),
 }
 
@@ -1110,6 +1117,10 @@ def build_parser() -> Parser:  # noqa: PLR0915 - one statement per option, read 
     )
     p.add_argument("--no-verify", action="store_true", help="skip verifying DEST afterwards")
 
+    from eventlog import serve  # noqa: PLC0415 - stdlib only; its page loads when served
+
+    serve.add_arguments(add("serve"))
+
     b = sub.add_parser(
         "bench",
         help=COMMANDS["bench"][1],
@@ -1147,7 +1158,7 @@ def main(
             hasattr(os, "fork")
             and out is sys.stdout
             and err is sys.stderr
-            and args.command != "bench"
+            and args.command not in ("bench", "serve")  # serve: one process, so a signal stops it
             and not os.environ.get("CKPTLOG_NO_ISOLATE")
         )
     if isolate:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import threading
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
@@ -177,11 +178,12 @@ def open_envelope(data: bytes, *, chain_key: bytes = b"") -> Envelope:
 
 
 class Compressor:
-    """zstd above a size threshold; contexts are per thread-use, created once per instance.
+    """zstd above a size threshold.
 
-    Not thread-safe: each EventLog's writer thread owns one for compression; decompression on
-    read paths uses :meth:`decompress`, which builds no state beyond a reusable context guarded
-    by the caller's thread (readers create their own Compressor).
+    :meth:`compress` is for one thread at a time (an EventLog's committer, whichever thread
+    commits: commits are mutually exclusive). :meth:`decompress` may be called from any number
+    of threads at once: each thread gets its own zstd context (a shared one gave spurious
+    ``CorruptFrame`` errors, or crashed the process, when readers decompressed concurrently).
     """
 
     def __init__(
@@ -190,7 +192,7 @@ class Compressor:
         self.threshold_bytes = threshold_bytes
         self.level = level
         self._c = zstandard.ZstdCompressor(level=level)
-        self._d = zstandard.ZstdDecompressor()
+        self._local = threading.local()  # a ZstdDecompressor per reading thread
 
     def compress(self, raw: bytes) -> tuple[bytes, int]:
         """``(stored bytes, flags)``: compressed only when above the threshold and smaller."""
@@ -217,7 +219,10 @@ class Compressor:
                     "limit; the frame is damaged (or the log was opened with a smaller "
                     "frame_bytes_max than it was written with)"
                 )
-            raw: bytes = self._d.decompress(stored, max_output_size=max_bytes)
+            d = getattr(self._local, "d", None)
+            if d is None:
+                d = self._local.d = zstandard.ZstdDecompressor()
+            raw: bytes = d.decompress(stored, max_output_size=max_bytes)
         except zstandard.ZstdError as e:
             raise CorruptFrame(f"zstd could not decompress the payload: {e}") from e
         if len(raw) > max_bytes:

@@ -8,6 +8,7 @@ not write (STYLE §3, §6). Hypothesis reproduces its own failures (STYLE §10).
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -393,3 +394,33 @@ def test_sealer_writes_the_bytes_seal_writes(
     assert Sealer(key).seal(sid, seq, prev, payload, flags) == seal(
         sid, seq, prev, payload, flags=flags, chain_key=key
     )
+
+
+def test_threads_decompress_one_logs_frames_at_once(tmp_path: Path) -> None:
+    """Regression: readers of one EventLog shared a zstd context, so concurrent reads of
+    compressed frames raised CorruptFrame (or crashed the process)."""
+    import threading  # noqa: PLC0415
+
+    from eventlog.frames import Event  # noqa: PLC0415
+    from eventlog.log import EventLog  # noqa: PLC0415
+
+    path = tmp_path / "log"
+    with EventLog.open(path, durability="process") as log:
+        for i in range(8):
+            log.append("s", Event(name="big", data=[f"item {j} {i}" for j in range(40_000)]))
+    errors: list[BaseException] = []
+    with EventLog.open(path, readonly=True) as log:
+
+        def reader() -> None:
+            try:
+                for _ in range(4):
+                    assert sum(1 for _ in log.read_stream("s")) == 8
+            except BaseException as e:  # noqa: BLE001 - collected for the assertion below
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
