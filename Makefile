@@ -10,7 +10,7 @@ PKG_DIRS := eventlog projections backends
 # Smoke runs write their JSON here, never over the published figures in benchmarks/results/.
 SMOKE_OUT := $(shell mktemp -d)
 
-.PHONY: demo test lint type check bench-smoke bench clean
+.PHONY: demo test test-fast lint type check bench-smoke bench clean
 
 $(PY):
 	$(PY_BOOT) -m venv $(VENV)
@@ -33,6 +33,9 @@ demo: $(STAMP_RUN)
 
 test: $(STAMP_DEV)
 	$(PY) -m pytest -q
+
+test-fast: $(STAMP_DEV)  # everything but the tests marked slow (over a few seconds each)
+	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP_DEV)
 	$(VENV)/bin/ruff check $(PKG_DIRS) tests benchmarks

@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Literal, TypeVar
 
-from eventlog.errors import CheckpointError, StorageError
+from eventlog.errors import CheckpointError
+from eventlog.errors import RetryableWrite as RetryableWrite  # noqa: PLC0414 - re-exported
 
 Durability = Literal["fsync", "process"]
 DURABILITIES: tuple[Durability, ...] = ("fsync", "process")
 
 T = TypeVar("T")
-
-
-class RetryableWrite(StorageError):
-    """The write transaction was rolled back for a transient reason; running it again may work."""
 
 
 def check_durability(durability: str) -> Durability:
@@ -135,6 +132,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def write(self) -> AbstractContextManager[WriteTxn]:
         """A write transaction: committed on normal exit, rolled back on exception."""
+
+    def add_tables(self, tables: Iterable[str], *, create: bool) -> tuple[str, ...]:
+        """Make more tables usable after opening (a materialized view's, found in an existing
+        log or added to a new one); returns those now usable, in order. ``create=False`` never
+        changes the store: tables it does not hold are left out. Stores whose tables need no
+        declaring (the memory backend) return them all."""
+        return tuple(dict.fromkeys(tables))
 
     @abc.abstractmethod
     def sync(self) -> None:

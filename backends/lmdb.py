@@ -873,6 +873,21 @@ class LmdbBackend(Backend):
         except FileNotFoundError:
             return 0
 
+    def add_tables(self, tables: Iterable[str], *, create: bool) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(tables))
+        env = self._handle()
+        if not create or self.readonly:
+            try:
+                with env.active(), env.env.begin(write=False) as txn:
+                    held = {bytes(k).decode("utf-8", "replace") for k, _ in txn.cursor()}
+            except lmdb.Error as e:
+                raise _translate(e, f"listing the tables of {self._path!r}") from e
+            names = tuple(n for n in names if n in held)
+        with _REGISTRY_LOCK:
+            env.open_tables(names)
+        self._tables = (*self._tables, *(n for n in names if n not in self._tables))
+        return names
+
     @property
     def map_size(self) -> int:
         return self._handle().map_size

@@ -12,8 +12,9 @@ Invariants the suite relies on:
 - Threads are joined before a test returns (LMDB read transactions are used by the thread that
   opened them only; forking with live threads is unsafe for subclasses that fork).
 
-:class:`FaultyBackend` wraps any backend so that chosen commits fail (``OSError(ENOSPC)`` by
-default): storage faults for the tests of the layers above.
+:class:`FaultyBackend` wraps any backend so that chosen commits fail (every one, the Nth, or
+those changing a given table; ``OSError(ENOSPC)`` by default): storage faults for the tests of
+the layers above, the one fault injector they all use.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -756,22 +757,49 @@ def disk_full() -> OSError:
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+class _WriteRecorder:
+    """A write transaction that notes which tables it changes (``FaultyBackend.fail_tables``)."""
+
+    _MUTATORS = frozenset(("put", "delete", "append", "put_many", "append_many", "delete_prefix"))
+
+    def __init__(self, txn: WriteTxn) -> None:
+        self._txn = txn
+        self.tables: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._txn, name)
+        if name not in self._MUTATORS:
+            return attr
+
+        def mutate(table: str, *args: Any) -> Any:
+            self.tables.add(table)
+            return attr(table, *args)
+
+        return mutate
+
+
 class _FaultyWrite:
     """``with faulty.write() as txn``: the inner transaction, whose commit may be made to fail
     (it is then rolled back and the injected error raised, as a failed commit would)."""
 
-    __slots__ = ("owner", "scope")
+    __slots__ = ("owner", "recorder", "scope")
 
     def __init__(self, owner: FaultyBackend) -> None:
         self.owner = owner
         self.scope = owner.inner.write()
+        self.recorder: _WriteRecorder | None = None
 
     def __enter__(self) -> WriteTxn:
-        return self.scope.__enter__()
+        txn = self.scope.__enter__()
+        if not self.owner.fail_tables:
+            return txn
+        self.recorder = _WriteRecorder(txn)
+        return self.recorder  # type: ignore[return-value]  # a WriteTxn by duck typing
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool | None:
         if exc is None:
-            injected = self.owner._next_commit()
+            touched = self.recorder.tables if self.recorder is not None else set()
+            injected = self.owner._next_commit(touched)
             if injected is not None:
                 self.scope.__exit__(type(injected), injected, None)  # roll back
                 raise injected
@@ -782,9 +810,10 @@ class FaultyBackend(Backend):
     """Any backend, with commits that fail on demand: storage faults for tests.
 
     ``failing = True`` makes every commit fail (a full disk) until set back to ``False``;
-    ``fail_at`` holds commit numbers (1-based, counting every commit attempt) that fail once.
-    A failing commit rolls its transaction back and raises ``error()`` (by default
-    ``OSError(ENOSPC)``). Everything else is the inner backend's, unchanged.
+    ``fail_at`` holds commit numbers (1-based, counting every commit attempt) that fail once;
+    ``fail_tables`` names tables a commit that changed any of them fails on (a damaged
+    table). A failing commit rolls its transaction back and raises ``error()`` (by default
+    ``OSError(ENOSPC)``; :func:`disk_full`). Everything else is the inner backend's, unchanged.
     """
 
     def __init__(self, inner: Backend, *, error: Callable[[], BaseException] = disk_full) -> None:
@@ -794,14 +823,16 @@ class FaultyBackend(Backend):
         self.readonly = inner.readonly
         self.failing = False
         self.fail_at: set[int] = set()
+        self.fail_tables: set[str] = set()
         self.commits = 0  # commit attempts
         self.failed = 0  # commits made to fail
         self._lock = threading.Lock()
 
-    def _next_commit(self) -> BaseException | None:
+    def _next_commit(self, tables: set[str]) -> BaseException | None:
         with self._lock:
             self.commits += 1
-            if not (self.failing or self.commits in self.fail_at):
+            hit = not self.fail_tables.isdisjoint(tables)
+            if not (self.failing or self.commits in self.fail_at or hit):
                 return None
             self.failed += 1
         return self.error()
@@ -819,6 +850,9 @@ class FaultyBackend(Backend):
 
     def write(self) -> AbstractContextManager[WriteTxn]:
         return _FaultyWrite(self)
+
+    def add_tables(self, tables: Iterable[str], *, create: bool) -> tuple[str, ...]:
+        return self.inner.add_tables(tables, create=create)
 
     def sync(self) -> None:
         self.inner.sync()

@@ -1,14 +1,45 @@
 """ckptlog: an event-sourced, append-only checkpoint log.
 
-The record types and errors are imported eagerly (leaf modules); the log and checkpointers are
-imported on first use, so that ``backends`` may import ``eventlog.errors`` without a cycle.
+The record types, every exception (``eventlog.errors``) and the verify reports
+(``eventlog.reports``) are imported eagerly (leaf modules); the log, the checkpointers and the
+forensic result types are imported on first use, so that ``backends`` may import
+``eventlog.errors`` without a cycle.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from eventlog.errors import CheckpointError, InvalidRecord
+from eventlog.errors import (
+    BufferedLost,
+    CheckpointError,
+    CompactionError,
+    CorruptFrame,
+    DamagedRowSkipped,
+    EncodingError,
+    FlushFailed,
+    FrameTooLarge,
+    InvalidArgument,
+    InvalidCheckpoint,
+    InvalidConfig,
+    InvalidPruneStrategy,
+    InvalidRecord,
+    InvalidStreamKey,
+    InvalidType,
+    LogClosed,
+    LogReplaced,
+    NoSuchInvocation,
+    NotACheckpointFrame,
+    NotALog,
+    ReadOnlyLog,
+    RetryableWrite,
+    SequenceConflict,
+    SourceDamaged,
+    StorageError,
+    StorageFull,
+    UnsupportedFormat,
+    WriterFailed,
+)
 from eventlog.records import (
     CheckpointFilter,
     CheckpointRecord,
@@ -20,32 +51,88 @@ from eventlog.records import (
     HistoryEntry,
     NodePosition,
 )
+from eventlog.reports import Problem, Stats, VerifyReport
 
 if TYPE_CHECKING:
     from eventlog.checkpoints import Checkpointer, CheckpointLog
+    from eventlog.forensics import (
+        CompactReport,
+        ExportSummary,
+        Invocation,
+        LogStats,
+        Provenance,
+        ReplayStep,
+        ScanEntry,
+    )
     from eventlog.log import EventLog
+    from projections.history import RecordDiff
 
 __all__ = [
+    "BufferedLost",
     "CheckpointError",
     "CheckpointFilter",
     "CheckpointLog",
     "CheckpointRecord",
     "CheckpointSummary",
     "Checkpointer",
+    "CompactReport",
+    "CompactionError",
+    "CorruptFrame",
+    "DamagedRowSkipped",
     "EnclosingFanOutInstance",
+    "EncodingError",
     "EventLog",
+    "ExportSummary",
     "FanOutInstanceProgress",
     "FanOutInternalSaveBatching",
     "FanOutProgress",
+    "FlushFailed",
+    "FrameTooLarge",
     "HistoryEntry",
+    "InvalidArgument",
+    "InvalidCheckpoint",
+    "InvalidConfig",
+    "InvalidPruneStrategy",
     "InvalidRecord",
+    "InvalidStreamKey",
+    "InvalidType",
+    "Invocation",
+    "LogClosed",
+    "LogReplaced",
+    "LogStats",
+    "NoSuchInvocation",
     "NodePosition",
+    "NotACheckpointFrame",
+    "NotALog",
+    "Problem",
+    "Provenance",
+    "ReadOnlyLog",
+    "RecordDiff",
+    "ReplayStep",
+    "RetryableWrite",
+    "ScanEntry",
+    "SequenceConflict",
+    "SourceDamaged",
+    "Stats",
+    "StorageError",
+    "StorageFull",
+    "UnsupportedFormat",
+    "VerifyReport",
+    "WriterFailed",
 ]
 
 _LAZY = {
     "CheckpointLog": "eventlog.checkpoints",
     "Checkpointer": "eventlog.checkpoints",
     "EventLog": "eventlog.log",
+    "CompactReport": "eventlog.forensics",
+    "ExportSummary": "eventlog.forensics",
+    "Invocation": "eventlog.forensics",
+    "LogStats": "eventlog.forensics",
+    "Provenance": "eventlog.forensics",
+    "ReplayStep": "eventlog.forensics",
+    "ScanEntry": "eventlog.forensics",
+    "RecordDiff": "projections.history",
 }
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import struct
 import threading
 import time
 import warnings
@@ -39,10 +38,12 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 
 from backends.base import Backend, Durability, WriteTxn
+from eventlog import forensics
 from eventlog.codec import encode_value
 from eventlog.errors import DamagedRowSkipped, InvalidRecord, InvalidStreamKey
 from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, Save, Tombstone
-from eventlog.log import Appended, DeferredFrame, EventLog, Stats, VerifyReport, stream_key_bytes
+from eventlog.layout import U64
+from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.materialized import (
     BY_CORRELATION,
     HEADS,
@@ -71,6 +72,7 @@ from eventlog.records import (
     instance_from,
     lineage_from,
 )
+from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
     RecordChecker,
     check_fan_out_key,
@@ -89,7 +91,6 @@ from projections.records import (
 )
 
 if TYPE_CHECKING:
-    from eventlog import forensics as forensics_t
     from projections.history import RecordDiff
 
 SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames past a snapshot,
@@ -111,7 +112,6 @@ class _TooBig:
 TOO_BIG: Final = _TooBig()
 
 U64_LEN = 8
-U64_KEY: Final = struct.Struct(">Q")
 
 
 class _HeadFrame(DeferredFrame):
@@ -601,7 +601,7 @@ class CheckpointLog:
         """:meth:`load`, or :data:`TOO_BIG` (nothing decoded) when rebuilding the head would
         read more than ``rows_max`` rows or state bytes over ``rows_max`` KiB."""
         with self.log.backend.read() as txn:
-            sid = self.log._stream_id(txn, invocation_id)
+            sid = self.log.stream_id(txn, invocation_id)
             if sid is None:
                 return None
             row = read_row(txn, sid)
@@ -635,7 +635,7 @@ class CheckpointLog:
         """
         key = (fan_out_node_name, tuple(namespace), lineage_from(lineage))
         with self.log.backend.read() as txn:
-            sid = self.log._stream_id(txn, invocation_id)
+            sid = self.log.stream_id(txn, invocation_id)
             row = None if sid is None else read_row(txn, sid)
             if sid is None or row is None:
                 return None
@@ -665,7 +665,7 @@ class CheckpointLog:
                 raws = ((int.from_bytes(k, "big"), v) for k, v in txn.scan(HEADS))
             else:
                 raws = (
-                    (sid, txn.get(HEADS, U64_KEY.pack(sid)))
+                    (sid, txn.get(HEADS, U64.pack(sid)))
                     for sid in (
                         int.from_bytes(key[-U64_LEN:], "big")
                         for key, _ in txn.scan_prefix(BY_CORRELATION, corr_prefix(corr))
@@ -678,7 +678,7 @@ class CheckpointLog:
                     rows.append(decode_row(raw))
                 except msgspec.DecodeError:
                     damaged.append(sid)
-            names = [self.log._name(txn, sid) for sid in damaged]
+            names = [self.log.stream_name(txn, sid) for sid in damaged]
         for name in names:
             warnings.warn(
                 f"list() skipped invocation {name!r}: its head row does not decode (written "
@@ -704,8 +704,6 @@ class CheckpointLog:
         is yielded (eventlog.forensics); the fold still reads the whole stream.
         """
         if since is not None or until is not None or kinds is not None:
-            from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
-
             yield from forensics.history(self, invocation_id, since=since, until=until, kinds=kinds)
             return
         head: Head | None = None
@@ -725,7 +723,7 @@ class CheckpointLog:
         if seq < 1:
             return None  # before the first frame nothing was saved
         with self.log.backend.read() as txn:
-            sid = self.log._stream_id(txn, invocation_id)
+            sid = self.log.stream_id(txn, invocation_id)
             if sid is None:
                 return None
             start = last_snapshot_at_or_before(txn, sid, seq)
@@ -742,36 +740,26 @@ class CheckpointLog:
     ) -> VerifyReport:
         """The log's checks (checksums, chains, seqs, index) plus: every materialized row
         (head, state, positions, fan-out rows, indexes) equals the fold of its frames."""
-        from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
-
         return forensics.verify(self, progress, rows_progress)
 
-    # -- forensics (eventlog/forensics.py) -------------------------------------------------------
+    # -- forensics (eventlog/forensics/) ---------------------------------------------------------
 
     def record_as_of(self, invocation_id: str, timestamp: float) -> CheckpointRecord | None:
         """The record as it stood at ``timestamp`` (after the newest save stamped <= it)."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.record_as_of(self, invocation_id, timestamp)
 
     def diff(self, invocation_id: str, seq_a: int, seq_b: int) -> RecordDiff:
         """What changed from stream seq ``seq_a`` to ``seq_b`` (0: before the first save)."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.diff(self, invocation_id, seq_a, seq_b)
 
     def replay(
         self, invocation_id: str, *, from_seq: int = 1, to_seq: int | None = None
-    ) -> Iterator[forensics_t.ReplayStep]:
+    ) -> Iterator[forensics.ReplayStep]:
         """Each record of ``invocation_id`` in order, with the changes its save made."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.replay(self, invocation_id, from_seq=from_seq, to_seq=to_seq)
 
-    def scan(self, since_seq: int | None = None) -> Iterator[forensics_t.ScanEntry]:
+    def scan(self, since_seq: int | None = None) -> Iterator[forensics.ScanEntry]:
         """Every frame of every invocation after global seq ``since_seq``, in commit order."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.scan(self, since_seq)
 
     def export(
@@ -781,10 +769,8 @@ class CheckpointLog:
         *,
         out: IO[bytes],
         progress: Callable[[int, int], None] | None = None,
-    ) -> forensics_t.ExportSummary:
+    ) -> forensics.ExportSummary:
         """Write the history of one invocation (or all) to ``out`` as JSON Lines."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.export(self, invocation_id, fmt, out=out, progress=progress)
 
     def compact(
@@ -795,11 +781,9 @@ class CheckpointLog:
         last_n: int | None = None,
         since: float | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> forensics_t.CompactReport:
+    ) -> forensics.CompactReport:
         """Write a compacted copy of this log to a new log at ``dest`` (this one is only read):
         ``keep="all"`` (default) or ``"heads"``, ``last_n=N`` saves, or saves ``since=T``."""
-        from eventlog import forensics  # noqa: PLC0415
-
         return forensics.compact(
             self, dest, keep=keep, last_n=last_n, since=since, progress=progress
         )

@@ -27,6 +27,7 @@ from typing import IO, Any, Final, NoReturn
 
 import msgspec
 
+from backends.lmdb_salvage import probe_in_child
 from eventlog import forensics as fx
 from eventlog.errors import CheckpointError, CorruptFrame, NotALog, StorageError, UnsupportedFormat
 from eventlog.log import Problem, VerifyReport
@@ -229,7 +230,7 @@ class Ctx:
             except OSError as e:
                 raise CliError(f"cannot read --chain-key-file {key_file!r}: {e}", USAGE) from e
         try:
-            self.opened = fx.open_readonly(self.args.path, **options)
+            self.opened = fx.open_readonly(self.args.path, probe=probe_in_child, **options)
         except (CheckpointError, OSError) as e:
             damaged = isinstance(e, (NotALog, StorageError))
             raise CliError(self._cannot_open(str(e), damaged), UNREADABLE) from e

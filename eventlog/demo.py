@@ -31,7 +31,6 @@ from typing import Any, Final
 import msgspec
 
 from eventlog.checkpoints import CheckpointLog
-from eventlog.log import Stats, VerifyReport
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -41,6 +40,7 @@ from eventlog.records import (
     HistoryEntry,
     NodePosition,
 )
+from eventlog.reports import Stats, VerifyReport
 
 INVOCATION: Final = "fanout-demo-1"
 CORRELATION: Final = "demo"

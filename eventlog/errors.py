@@ -79,6 +79,10 @@ class StorageError(CheckpointError, OSError):
     """The storage backend failed (disk full, map limit reached, I/O error)."""
 
 
+class RetryableWrite(StorageError):
+    """The write transaction was rolled back for a transient reason; running it again may work."""
+
+
 class StorageFull(StorageError):
     """The backend's size bound was reached; raise ``map_size_max`` or compact the log."""
 
@@ -114,3 +118,44 @@ class BufferedLost(StorageError):
 class WriterFailed(CheckpointError, RuntimeError):
     """The log's writer stopped on an internal error (the cause is chained): every waiting and
     later write fails with this at once instead of hanging. Close the log and open it again."""
+
+
+class SequenceConflict(CheckpointError):
+    """``append(..., expect_seq=N)`` found the stream at another seq (someone else appended)."""
+
+
+# -- forensics (eventlog.forensics) --
+
+
+class InvalidArgument(CheckpointError, ValueError):
+    """A forensic call got an argument it cannot use (unknown kind, seq past the end, ...)."""
+
+
+class NoSuchInvocation(CheckpointError, KeyError):
+    """The log holds no frames for the invocation asked about."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CompactionError(CheckpointError):
+    """Compaction refused to start (DEST not empty, bad policy) or found the source damaged."""
+
+
+class SourceDamaged(CompactionError):
+    """Compaction stopped at a damaged frame of the source (it copies only intact logs)."""
+
+
+# -- LangGraph (eventlog.integrations.langgraph) --
+
+
+class InvalidConfig(CheckpointError, ValueError):
+    """A LangGraph config lacks what the call needs (``thread_id``, ``checkpoint_id``)."""
+
+
+class InvalidCheckpoint(CheckpointError, ValueError):
+    """A checkpoint handed to ``put`` cannot be stored as it is (e.g. a non-plain version)."""
+
+
+class InvalidPruneStrategy(CheckpointError, ValueError):
+    """``prune(strategy=...)`` got a strategy other than ``keep_latest`` or ``delete``."""

@@ -32,7 +32,6 @@ import contextlib
 import errno
 import json
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -64,33 +63,25 @@ from eventlog.errors import (
     LogClosed,
     NotALog,
     ReadOnlyLog,
+    SequenceConflict,
     StorageError,
     StorageFull,
     UnsupportedFormat,
     WriterFailed,
 )
 from eventlog.frames import Event, Frame
+from eventlog.layout import CORE_TABLES, LOG, META, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.reports import Problem as Problem  # noqa: PLC0414 - re-exported
+from eventlog.reports import Stats as Stats  # noqa: PLC0414
+from eventlog.reports import VerifyReport as VerifyReport  # noqa: PLC0414
 from eventlog.validate import check_event
-
-LOG: Final = "log"
-STREAMS: Final = "streams"
-STREAM_IDS: Final = "stream_ids"
-STREAM_NAMES: Final = "stream_names"
-META: Final = "meta"
-CORE_TABLES: Final = (LOG, STREAMS, STREAM_IDS, STREAM_NAMES, META)
+from eventlog.verify import verify_log
 
 FRAME_BYTES_MAX: Final = 64 << 20  # 64 MiB per frame, stored size including the header
 BATCH_FRAMES_MAX: Final = 4096  # frames in one group commit
 READ_CHUNK_FRAMES: Final = 1024  # frames read per read transaction when iterating
 
-U64: Final = struct.Struct(">Q")
-U64X2: Final = struct.Struct(">QQ")
-
 F = TypeVar("F")
-
-
-class SequenceConflict(CheckpointError):
-    """``append(..., expect_seq=N)`` found the stream at another seq (someone else appended)."""
 
 
 class Appended(msgspec.Struct, frozen=True):
@@ -112,52 +103,6 @@ class StoredFrame(msgspec.Struct, Generic[F], frozen=True):
     checksum: bytes
     frame: F
     stored_bytes: int
-
-
-class Problem(msgspec.Struct, frozen=True):
-    """One finding of :meth:`EventLog.verify`."""
-
-    kind: str  # checksum | header | chain | gap | index | orphan | names | projection | decode
-    detail: str
-    stream: str | None = None
-    seq: int | None = None
-    global_seq: int | None = None
-
-    def __str__(self) -> str:
-        where = []
-        if self.stream is not None:
-            where.append(f"stream {self.stream!r}")
-        if self.seq is not None:
-            where.append(f"seq {self.seq}")
-        if self.global_seq is not None:
-            where.append(f"log #{self.global_seq}")
-        return f"[{self.kind}] {', '.join(where) or 'log'}: {self.detail}"
-
-
-class VerifyReport(msgspec.Struct):
-    frames: int = 0
-    streams: int = 0
-    problems: list[Problem] = msgspec.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def __str__(self) -> str:
-        head = f"{self.frames} frames in {self.streams} streams: "
-        if self.ok:
-            return head + "OK"
-        return head + f"{len(self.problems)} problem(s)\n" + "\n".join(map(str, self.problems))
-
-
-class Stats(msgspec.Struct, frozen=True):
-    frames: int  # frames in the log
-    streams: int
-    log_bytes: int  # envelope bytes appended by this EventLog object
-    frames_appended: int  # frames appended by this EventLog object
-    commits: int  # write transactions committed by this EventLog object
-    disk_bytes: int  # bytes the backend occupies on its medium
-    durability: str
 
 
 class Deferred(Protocol):
@@ -302,6 +247,10 @@ class EventLog:
         self._last_flush = time.monotonic()
         self._pid = current_pid()
         self._writer: threading.Thread | None = None
+        # Event loops where a save committed in the current loop step, and those with a commit
+        # scheduled for its end (_lead_on; each touched only from its loop's thread).
+        self._stepping: set[asyncio.AbstractEventLoop] = set()
+        self._lead_scheduled: set[asyncio.AbstractEventLoop] = set()
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -542,13 +491,37 @@ class EventLog:
         inline = self.backend.durability == "process"
         self._enqueue((item,), durable=True, lead=inline)
         if inline:
-            if getattr(loop, "_ready", None):
-                # Other tasks are runnable and may save too: commit once they have queued, so
-                # concurrent saves share one commit (group commit on the loop's thread).
+            ready = getattr(loop, "_ready", None)
+            if ready is None:  # a loop without asyncio's ready queue (uvloop): public API only
+                self._lead_on(loop)
+            elif ready:  # other tasks are runnable and may save too: commit after them
                 loop.call_soon(self._lead)
             else:
                 self._lead()
         return await item.aio[1]
+
+    def _lead_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Group commit on the loop's thread, with the loop's public API only.
+
+        The first save of a loop step commits at once (a lone save waits for nothing) and
+        marks the loop busy until the callbacks already runnable have run (``call_soon`` runs
+        after them). A save made meanwhile, by another task of the same step, joins one commit
+        scheduled for the end of that step, so tasks saving at once share it. asyncio's own
+        loops take a cheaper path (their ready queue says whether other tasks may save, so a
+        lone save schedules nothing): a hint, never needed for grouping.
+        """
+        if loop in self._stepping:
+            if loop not in self._lead_scheduled:
+                self._lead_scheduled.add(loop)
+                loop.call_soon(self._scheduled_lead, loop)
+            return
+        self._stepping.add(loop)
+        loop.call_soon(self._stepping.discard, loop)
+        self._lead()
+
+    def _scheduled_lead(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._lead_scheduled.discard(loop)
+        self._lead()
 
     def submit(
         self,
@@ -922,16 +895,37 @@ class EventLog:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve_aio, items)
 
+    # -- settings other modules read (compaction, verify, forensics) ---------------------------
+
+    @property
+    def chain_key(self) -> bytes:
+        """The key of the envelopes' chain hash (``b""``: unkeyed); a copy of the log that
+        keeps the original checksums must seal with it."""
+        return self._chain_key
+
+    @property
+    def compressor(self) -> Compressor:
+        """How payloads are compressed and decompressed (the log's stored threshold)."""
+        return self._compressor
+
+    @property
+    def compress_threshold_bytes(self) -> int:
+        """Payloads at least this long are compressed (stored in the ``meta`` row)."""
+        return int(self._settings["compress_threshold_bytes"])
+
     # -- reading -------------------------------------------------------------------------------
 
-    def _stream_id(self, txn: ReadTxn, stream: str) -> int | None:
+    def stream_id(self, txn: ReadTxn, stream: str) -> int | None:
+        """The u64 id ``stream`` is interned to (the first 8 bytes of every key a view keeps
+        for it), read in ``txn``; ``None`` when the stream has no frames."""
         sid = self._ids.get(stream)
         if sid is not None:
             return sid
         raw = txn.get(STREAM_IDS, stream_key_bytes(stream, self._max_key))
         return None if raw is None else U64.unpack(raw)[0]
 
-    def _name(self, txn: ReadTxn, sid: int) -> str:
+    def stream_name(self, txn: ReadTxn, sid: int) -> str:
+        """The key of stream id ``sid``, read in ``txn`` (cached)."""
         name = self._names.get(sid)
         if name is None:
             raw = txn.get(STREAM_NAMES, _u64(sid))
@@ -944,10 +938,12 @@ class EventLog:
         raw = self._compressor.decompress(env.payload, env.flags, max_bytes=self.frame_bytes_max)
         return env, self._serializer.decode(raw)
 
-    def _stored(
+    def decode_stored(
         self, stream: str, gseq: int, data: bytes, where: tuple[int, int] | None = None
     ) -> StoredFrame[Any]:
-        """Decode a stored frame; ``where`` is the (stream id, seq) the index says it is."""
+        """The frame stored as ``data`` at log #``gseq`` of ``stream``, checksum verified;
+        ``where``: the (stream id, seq) the index says it is (checked). Raises
+        :class:`~eventlog.errors.CorruptFrame` naming the stream and seq."""
         try:
             env, frame = self.decode_envelope(data)
         except CorruptFrame as e:
@@ -971,7 +967,7 @@ class EventLog:
     def last_seq(self, stream: str) -> int:
         """The seq of the newest committed frame of ``stream`` (0 when it has none)."""
         with self.backend.read() as txn:
-            sid = self._stream_id(txn, stream)
+            sid = self.stream_id(txn, stream)
             return 0 if sid is None else _last_seq(txn, sid)
 
     def read_stream(
@@ -982,7 +978,7 @@ class EventLog:
         while True:
             chunk: list[StoredFrame[Any]] = []
             with self.backend.read() as txn:
-                sid = self._stream_id(txn, stream)
+                sid = self.stream_id(txn, stream)
                 if sid is None:
                     return
                 stop = U64X2.pack(sid, to_seq + 1) if to_seq is not None else _u64(sid + 1)
@@ -998,7 +994,7 @@ class EventLog:
                             stream=stream,
                             seq=seq,
                         )
-                    sf = self._stored(stream, U64.unpack(gkey)[0], data, U64X2.unpack(key))
+                    sf = self.decode_stored(stream, U64.unpack(gkey)[0], data, U64X2.unpack(key))
                     if sf.seq != next_seq or (chunk and _prev_of(data) != chunk[-1].checksum):
                         raise CorruptFrame(
                             f"stream {stream!r}: expected seq {next_seq} chained to the frame "
@@ -1028,7 +1024,7 @@ class EventLog:
                 for gkey, data in txn.scan(LOG, _u64(after + 1), limit=READ_CHUNK_FRAMES):
                     gseq = U64.unpack(gkey)[0]
                     sid = read_header(data)[3]
-                    chunk.append(self._stored(self._name(txn, sid), gseq, data))
+                    chunk.append(self.decode_stored(self.stream_name(txn, sid), gseq, data))
             yield from chunk
             if len(chunk) < READ_CHUNK_FRAMES:
                 return
@@ -1066,8 +1062,6 @@ class EventLog:
 
     def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Check every checksum, chain link, seq and index entry; report, never repair."""
-        from eventlog.verify import verify_log  # noqa: PLC0415 - verify.py imports this module
-
         return verify_log(self, progress)
 
     # -- closing -------------------------------------------------------------------------------

@@ -16,15 +16,22 @@ Invariants:
 
 from __future__ import annotations
 
-import struct
+from collections.abc import Iterator
 from typing import Any, Final
 
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.codec import enc_hook
-from eventlog.frames import FanOutHeader, Save
-from eventlog.records import NOT_STARTED, CheckpointSummary, FanOutInstanceProgress, NodePosition
+from eventlog.frames import FanOutHeader, InstanceChange, Save
+from eventlog.layout import U16, U32, U32X2, U64
+from eventlog.records import (
+    NOT_STARTED,
+    CheckpointSummary,
+    FanOutInstanceProgress,
+    NodePosition,
+    is_not_started,
+)
 from projections.records import Head, Slot
 
 HEADS: Final = "heads"
@@ -34,11 +41,6 @@ FANOUT: Final = "fanout"
 BY_CORRELATION: Final = "by_correlation"
 SNAPSHOTS: Final = "snapshots"
 TABLES: Final = (HEADS, BODIES, POSITIONS, FANOUT, BY_CORRELATION, SNAPSHOTS)
-
-U64: Final = struct.Struct(">Q")
-U32: Final = struct.Struct(">I")
-U32X2: Final = struct.Struct(">II")
-U16: Final = struct.Struct(">H")
 
 
 class HeadRow(msgspec.Struct, frozen=True, array_like=True):
@@ -118,6 +120,23 @@ def read_instances(txn: ReadTxn, sid: int, hd: FanOutHeader) -> list[FanOutInsta
     return instances
 
 
+def head_rows(txn: ReadTxn) -> Iterator[tuple[int, bytes]]:
+    """``(sid, undecoded head row)`` of every checkpoint stream with a head, in sid order."""
+    for key, raw in txn.scan(HEADS):
+        yield U64.unpack(key)[0], raw
+
+
+def snapshot_marks(txn: ReadTxn) -> int:
+    """How many snapshot frames the log's checkpoint streams hold."""
+    return txn.count(SNAPSHOTS)
+
+
+def instance_progress(txn: ReadTxn, sid: int) -> Iterator[FanOutInstanceProgress]:
+    """Every started instance of every fan-out of the stream (rows in key order)."""
+    for _, raw in txn.scan_prefix(FANOUT, U64.pack(sid)):
+        yield _dec_inst.decode(raw)
+
+
 def load_rows(row: HeadRow) -> int:
     """How many rows rebuilding the head reads at most (positions and fan-out instances)."""
     return row.positions_count + sum(hd.instance_count for hd in row.layout)
@@ -170,7 +189,7 @@ def write_save(
             key = k + pack(ch.fid, ch.index)
             p: Any = ch.progress  # a batch carries each instance encoded already (msgspec.Raw)
             value = bytes(p) if p.__class__ is raw_type else encode(p)
-            if value == NOT_STARTED_ROW:  # absent = not started
+            if value == NOT_STARTED_ROW:  # absent = not started (is_not_started, as bytes)
                 if rows:  # keep the order: an index may change more than once in a batch
                     txn.put_many(FANOUT, rows)
                     rows = []
@@ -199,6 +218,26 @@ def write_save(
     )
     txn.put(HEADS, k, _enc.encode(row))
     return row
+
+
+def full_save(head: Head) -> Save:
+    """A delta from nothing to ``head``: every row of it gets written."""
+    return Save(
+        kind=head.kind,
+        saved_at=head.last_saved_at,
+        correlation_id=head.correlation_id,
+        schema_version=head.schema_version,
+        state=head.state,
+        parent_states=head.parent_states,
+        positions_from=0,
+        positions=tuple(head.positions),
+        instances=tuple(
+            InstanceChange(s.header.fid, i, p)
+            for s in head.slots
+            for i, p in enumerate(s.instances)
+            if not is_not_started(p)
+        ),
+    )
 
 
 def write_snapshot_mark(txn: WriteTxn, sid: int, seq: int) -> None:

@@ -41,6 +41,14 @@ class FanOutInstanceProgress(msgspec.Struct, frozen=True, array_like=True, gc=Fa
 NOT_STARTED = FanOutInstanceProgress("not_started")
 
 
+def is_not_started(progress: FanOutInstanceProgress) -> bool:
+    """Whether an instance is exactly :data:`NOT_STARTED`: the one value a fan-out row leaves
+    absent and a snapshot or full save leaves out (the fold fills it in). The only definition:
+    a ``"not_started"`` instance carrying inner positions, a result or an error flag is a value
+    of its own, stored like any other."""
+    return progress is NOT_STARTED or progress == NOT_STARTED
+
+
 class EnclosingFanOutInstance(msgspec.Struct, frozen=True, array_like=True, gc=False):
     namespace: tuple[str, ...]
     fan_out_node_name: str

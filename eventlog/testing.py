@@ -35,12 +35,11 @@ import pytest
 from eventlog.checkpoints import (
     HEAD_CACHE_MAX,
     INLINE_LOAD_ROWS_MAX,
-    SNAPSHOT_FRAMES_MAX,
     Checkpointer,
     CheckpointLog,
 )
 from eventlog.errors import EncodingError, InvalidRecord, InvalidStreamKey
-from eventlog.frames import Event, Snapshot
+from eventlog.frames import Event
 from eventlog.records import (
     NOT_STARTED,
     CheckpointFilter,
@@ -318,7 +317,7 @@ class _StructState(msgspec.Struct):
     values: list[float]
 
 
-def _blob(seed: int, raw_bytes: int) -> str:
+def incompressible(seed: int, raw_bytes: int) -> str:
     """Incompressible text: a snapshot holding it stays large, so deltas stay cheaper."""
     return base64.b64encode(random.Random(seed).randbytes(raw_bytes)).decode()
 
@@ -973,40 +972,7 @@ class CheckpointLogContract:
         hist = list(cl.history("grow"))
         assert len(hist) == 301
         assert hist[150].kind == "delete"
-        snaps = [sf.seq for sf in cl.log.read_stream("grow") if isinstance(sf.frame, Snapshot)]
-        assert len(snaps) > 3, "growing states must make snapshots"
-        assert 152 in snaps, "the first save after a delete starts from a snapshot"
         assert_history_consistent(cl, "grow")
-
-    def test_record_at_every_seq_across_snapshot_frames(self, opener: Opener) -> None:
-        # A large incompressible state that never changes keeps each delta tiny against the
-        # snapshot, so snapshots come from the SNAPSHOT_FRAMES_MAX bound, not the byte ratio.
-        cl = opener(batching=FanOutInternalSaveBatching(flush_every=SNAPSHOT_FRAMES_MAX // 4))
-        n = 2 * SNAPSHOT_FRAMES_MAX + 60
-        state = {"blob": _blob(7, 60_000)}
-        positions: list[NodePosition] = []
-        for i in range(1, n + 1):
-            if i % 50 == 0:
-                positions.append(pos("n", i))
-            rec = make_record(
-                "long",
-                state=state,
-                positions=positions,
-                at=float(i),
-                fan_outs=[fan_out("f", [done(i), NOT_STARTED])],
-            )
-            if i % 97 == 0:
-                cl.save("long", rec)
-            else:
-                cl.save_fan_out_internal("long", rec)
-        cl.flush()
-        snaps = [sf.seq for sf in cl.log.read_stream("long") if isinstance(sf.frame, Snapshot)]
-        assert snaps[0] == 1
-        assert len(snaps) >= n // SNAPSHOT_FRAMES_MAX + 1
-        gaps = [b - a for a, b in zip(snaps, [*snaps[1:], n + 1], strict=True)]
-        assert max(gaps) <= SNAPSHOT_FRAMES_MAX
-        assert cl.load("long") == rec
-        assert_history_consistent(cl, "long")
 
     # -- save_instance -------------------------------------------------------------------------
 
@@ -1090,31 +1056,6 @@ class CheckpointLogContract:
         assert batch.instance_saved_at == (2.0, 3.0, 4.0, 5.0)
         assert [e.kind for e in cl.history("a")] == ["save", "fan_out_internal"]
         assert cl.record_at("a", 2) == expected
-        assert_history_consistent(cl, "a")
-        report = cl.verify()
-        assert report.ok, str(report)
-
-    def test_a_batch_written_as_a_snapshot_keeps_its_changes(self, opener: Opener) -> None:
-        cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
-        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 4)])
-        cl.save("a", base)
-        for i in (0, 1):  # large results: the next frame outweighs the first snapshot
-            big = random.Random(i).randbytes(1500).hex()  # does not compress away
-            cl.save_instance("a", "outer", i, done(big), namespace=NS, saved_at=2.0)
-        cl.flush()
-        cl.save_instance("a", "outer", 3, in_flight(pos("x", 1)), namespace=NS, saved_at=3.0)
-        cl.save_instance("a", "outer", 3, done(3), namespace=NS, saved_at=4.0)
-        cl.flush()
-        frames = [sf.frame for sf in cl.log.read_stream("a")]
-        assert [type(f).__name__ for f in frames] == ["Snapshot", "Save", "Snapshot"]
-        last = frames[-1]
-        assert [(c.index, c.progress.state) for c in last.batch] == [
-            (3, "in_flight"), (3, "completed")
-        ]  # fmt: skip
-        assert last.instance_saved_at == (3.0, 4.0)
-        head = cl.load("a")
-        assert head is not None
-        assert head.fan_out_progress[0].instances[3] == done(3)
         assert_history_consistent(cl, "a")
         report = cl.verify()
         assert report.ok, str(report)

@@ -12,22 +12,35 @@ It only reads: it never repairs (a repair would hide evidence).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from backends.base import ReadTxn
-from eventlog.codec import ZERO_CHECKSUM, open_envelope, read_header
+from backends.base import Backend, ReadTxn
+from eventlog.codec import ZERO_CHECKSUM, Compressor, open_envelope, read_header
 from eventlog.errors import CheckpointError, CorruptFrame, UnsupportedFormat
-
-if TYPE_CHECKING:
-    from eventlog.log import EventLog
-
-from eventlog.log import LOG, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2, Problem, VerifyReport
+from eventlog.layout import LOG, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.reports import Problem, VerifyReport
 
 PROGRESS_EVERY_FRAMES = 10_000
 
 
+class Verifiable(Protocol):
+    """What the walk needs of a log (an :class:`~eventlog.log.EventLog` has it)."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def chain_key(self) -> bytes: ...
+
+    @property
+    def compressor(self) -> Compressor: ...
+
+    @property
+    def frame_bytes_max(self) -> int: ...
+
+
 class _Walk:
-    def __init__(self, log: EventLog, txn: ReadTxn, report: VerifyReport) -> None:
+    def __init__(self, log: Verifiable, txn: ReadTxn, report: VerifyReport) -> None:
         self.log = log
         self.txn = txn
         self.report = report
@@ -59,8 +72,8 @@ class _Walk:
 
     def frames(self, total: int, progress: Callable[[int, int], None] | None) -> None:
         tails: dict[int, tuple[int, bytes | None]] = {}  # None: checksum unknown (damaged)
-        chain_key = self.log._chain_key
-        compressor = self.log._compressor
+        chain_key = self.log.chain_key
+        compressor = self.log.compressor
         for n, (gkey, data) in enumerate(self.txn.scan(LOG), 1):
             gseq = U64.unpack(gkey)[0]
             self.report.frames += 1
@@ -148,7 +161,7 @@ class _Walk:
                 )
 
 
-def verify_log(log: EventLog, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+def verify_log(log: Verifiable, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     report = VerifyReport()
     with log.backend.read() as txn:
         total = txn.count(LOG)

@@ -31,6 +31,7 @@ from eventlog.records import (
     FanOutProgress,
     NodePosition,
     instance_from,
+    is_not_started,
     lineage_from,
     position_from,
 )
@@ -280,7 +281,7 @@ def snapshot(head: Head) -> Snapshot:
             InstanceChange(s.header.fid, i, p)
             for s in head.slots
             for i, p in enumerate(s.instances)
-            if p.state != "not_started"
+            if not is_not_started(p)
         ),
         next_fid=head.next_fid,
     )

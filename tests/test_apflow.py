@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import errno
 import os
 import re
 import signal
@@ -28,7 +29,6 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,6 +49,7 @@ from apflow.durability import CheckpointManager, RetryManager
 
 from backends.base import WriteTxn
 from backends.memory import MemoryBackend
+from backends.testing import FaultyBackend
 from eventlog.codec import Serializer
 from eventlog.errors import CheckpointError, InvalidStreamKey, StorageError
 from eventlog.frames import Event, Frame
@@ -359,21 +360,15 @@ def test_a_log_without_the_table_is_refused(tmp_path: Path) -> None:
         log.close()
 
 
-class _FailingBackend(MemoryBackend):
-    """A memory store whose writes fail while ``failing`` (a full or broken disk)."""
-
-    failing = False
-
-    @contextmanager
-    def write(self) -> Iterator[WriteTxn]:
-        if self.failing:
-            raise StorageError("injected: [Errno 5] Input/output error")
-        with super().write() as txn:
-            yield txn
+def _failing_backend() -> FaultyBackend:
+    """A memory store whose commits fail while ``failing`` (a full or broken disk)."""
+    return FaultyBackend(
+        MemoryBackend(), error=lambda: OSError(errno.EIO, "injected: " + os.strerror(errno.EIO))
+    )
 
 
 def test_storage_failures_are_oserrors() -> None:
-    backend = _FailingBackend()
+    backend = _failing_backend()
     with LogCheckpointManager.on_backend(backend) as m:
         run(m.save_checkpoint("t", {"ok": True}))
         backend.failing = True

@@ -46,3 +46,17 @@ class TestFaultyBackend(BackendContract):
         with backend.read() as txn:
             assert txn.get("a", b"k") == b"4"
         assert (backend.commits, backend.failed) == (4, 2)
+
+
+def test_a_commit_changing_a_failing_table_fails_others_commit() -> None:
+    backend = FaultyBackend(MemoryBackend())
+    backend.fail_tables = {"b"}
+    backend.run_write(lambda txn: txn.put("a", b"k", b"1"))
+    with pytest.raises(OSError, match="No space left"):
+        backend.run_write(lambda txn: (txn.put("a", b"k", b"2"), txn.put("b", b"k", b"x")))
+    with pytest.raises(OSError):
+        backend.run_write(lambda txn: txn.delete_prefix("b", b""))
+    with backend.read() as txn:
+        assert txn.get("a", b"k") == b"1"
+        assert txn.get("b", b"k") is None
+    assert (backend.commits, backend.failed) == (3, 2)

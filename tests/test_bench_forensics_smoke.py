@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from bench_smoke import run_module
 
 
+@pytest.mark.slow
 def test_forensics_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "forensics.json"
     stdout = run_module("benchmarks.forensics", "--quick", "--out", str(out), timeout=120)

@@ -43,6 +43,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str
     return json.loads(out.read_text(encoding="utf-8")), stdout
 
 
+@pytest.mark.slow
 def test_every_scenario_runs_every_installed_peer(quick: tuple[dict[str, Any], str]) -> None:
     data, stdout = quick
     assert data["benchmark"] == "bench"
@@ -418,6 +419,7 @@ def test_partial_runs_are_marked_in_tables_and_targets(
     assert rss["met"] is True
 
 
+@pytest.mark.slow
 def test_user_peers_run_beside_the_built_in_ones(tmp_path: Path) -> None:
     """--peer with an openarmature Checkpointer (ckptlog's own, stated process), a LangGraph
     BaseCheckpointSaver (durability unstated: fsync) and a bare protocol store without

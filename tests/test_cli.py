@@ -580,6 +580,7 @@ def test_any_truncation_is_reported_never_a_crash(
 # -- read-only while a writer runs -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_read_commands_never_block_a_running_writer(log_copy: Path, tmp_path: Path) -> None:
     from test_forensics import commits_between, start_writer  # noqa: PLC0415
 

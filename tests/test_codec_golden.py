@@ -9,6 +9,9 @@ docs/frame-format.md ("Evolution rules" and "What the golden tests pin").
 from __future__ import annotations
 
 import typing
+from typing import Any
+
+import msgspec
 
 from eventlog.codec import (
     CHECKSUM_BYTES,
@@ -22,7 +25,18 @@ from eventlog.codec import (
     open_envelope,
     seal,
 )
-from eventlog.frames import Event, Frame
+from eventlog.frames import (
+    Compacted,
+    Event,
+    FanOutHeader,
+    Frame,
+    InstanceChange,
+    Save,
+    Snapshot,
+    StateSplice,
+    Tombstone,
+)
+from eventlog.records import EnclosingFanOutInstance, FanOutInstanceProgress, NodePosition
 
 SER: Serializer[Event] = Serializer(Event)
 FRAME_SER: Serializer[Frame] = Serializer(Frame)
@@ -30,8 +44,8 @@ FRAME_SER: Serializer[Frame] = Serializer(Frame)
 # Tags of the frame kinds whose bytes this file pins. frames.py promises a golden for every
 # kind; kinds still being designed (no log holding them has shipped) wait in PENDING_KINDS and
 # must move to PINNED_KINDS, with a golden test, before one does.
-PINNED_KINDS = {"ev", "lgc", "lgw", "lgr"}  # lg*: tests/test_langgraph_frames.py
-PENDING_KINDS = {"sv", "sn", "rm"}  # Save, Snapshot, Tombstone (eventlog/frames.py)
+PINNED_KINDS = {"ev", "sv", "sn", "rm", "lgc", "lgw", "lgr"}  # lg*: test_langgraph_frames.py
+PENDING_KINDS: set[str] = set()
 
 
 def test_every_frame_kind_is_pinned_or_pending() -> None:
@@ -158,3 +172,76 @@ def test_compressed_golden_envelope_reads_back() -> None:
     assert data[:36].hex() == GOLDEN_COMPRESSED_HEADER_HEX
     raw = Compressor().decompress(env.payload, env.flags, max_bytes=1 << 20)
     assert SER.decode(raw) == COMPRESSIBLE_EVENT
+
+
+# -- (4) checkpoint frames: Save, Snapshot, Tombstone -------------------------------------------
+
+_POS = NodePosition(("outer",), "node_a", 3)
+_LINEAGE = (EnclosingFanOutInstance(("outer",), "map", 1),)
+_DONE = FanOutInstanceProgress("completed", {"r": 1}, False, (_POS,))
+_IN_FLIGHT = InstanceChange(0, 0, FanOutInstanceProgress("in_flight"))
+
+# Every field set, format 2's instance_saved_at included.
+GOLDEN_SAVE = Save(
+    kind="fan_out_internal", saved_at=1700000000.25, correlation_id="corr", schema_version="v2",
+    state=b"\x81\xa1a\x01", parent_states=b"\x90", positions_from=1, positions=(_POS,),
+    layout=(FanOutHeader(0, "map", ("outer",), 2, _LINEAGE),),
+    instances=(InstanceChange(0, 1, _DONE),), state_splice=StateSplice(2, 1, b"xy"),
+    instance_saved_at=(1700000000.125,),
+)  # fmt: skip
+# A change here is a format change: new format version + upcaster (docs/frame-format.md).
+# msgpack array of 13: "sv", kind, saved_at, correlation, schema, state (bin), parent states
+# (bin), positions_from, positions, layout, instances, state_splice, instance_saved_at.
+GOLDEN_SAVE_HEX = (
+    "9da27376b066616e5f6f75745f696e7465726e616ccb41d954fc40100000a4636f7272a27632c40481a16101"
+    "c4019001919591a56f75746572a66e6f64655f610300c0919500a36d617091a56f7574657202919391a56f75"
+    "746572a36d6170019193000194a9636f6d706c6574656481a17201c2919591a56f75746572a66e6f64655f61"
+    "0300c0930201c402787991cb41d954fc40080000"
+)
+GOLDEN_SNAPSHOT = Snapshot(
+    kind="save", saved_at=1700000000.5, invocation_id="inv-1", correlation_id="corr",
+    schema_version="", state=b"\xc0", parent_states=b"\x90", positions=(_POS,),
+    layout=(FanOutHeader(0, "map", (), 2),), instances=(_IN_FLIGHT,), next_fid=1,
+    compacted=Compacted(7, bytes(range(16)), 3, 1700000001.0), batch=(_IN_FLIGHT,),
+    instance_saved_at=(1700000000.5,),
+)  # fmt: skip
+# msgpack array of 15: "sn", kind, saved_at, invocation, correlation, schema, state, parent
+# states, positions, layout, instances, next_fid, compacted, batch, instance_saved_at.
+GOLDEN_SNAPSHOT_HEX = (
+    "9fa2736ea473617665cb41d954fc40200000a5696e762d31a4636f7272a0c401c0c40190919591a56f757465"
+    "72a66e6f64655f610300c0919500a36d61709002909193000094a9696e5f666c69676874c0c290019407c410"
+    "000102030405060708090a0b0c0d0e0f03cb41d954fc404000009193000094a9696e5f666c69676874c0c290"
+    "91cb41d954fc40200000"
+)
+GOLDEN_TOMBSTONE = Tombstone(saved_at=1700000002.0)
+GOLDEN_TOMBSTONE_HEX = "92a2726dcb41d954fc40800000"  # ["rm", float64 1700000002.0]
+
+
+def test_checkpoint_frame_encodings_are_pinned() -> None:
+    assert FRAME_SER.encode(GOLDEN_SAVE).hex() == GOLDEN_SAVE_HEX
+    assert FRAME_SER.encode(GOLDEN_SNAPSHOT).hex() == GOLDEN_SNAPSHOT_HEX
+    assert FRAME_SER.encode(GOLDEN_TOMBSTONE).hex() == GOLDEN_TOMBSTONE_HEX
+
+
+def test_checkpoint_frame_golden_bytes_decode() -> None:
+    assert FRAME_SER.decode(bytes.fromhex(GOLDEN_SAVE_HEX)) == GOLDEN_SAVE
+    assert FRAME_SER.decode(bytes.fromhex(GOLDEN_SNAPSHOT_HEX)) == GOLDEN_SNAPSHOT
+    assert FRAME_SER.decode(bytes.fromhex(GOLDEN_TOMBSTONE_HEX)) == GOLDEN_TOMBSTONE
+
+
+def test_format_1_checkpoint_frames_decode_with_defaults() -> None:
+    """Format 1 wrote Save without instance_saved_at and Snapshot without compacted, batch and
+    instance_saved_at: the shorter arrays decode, the missing fields at their defaults."""
+    save_v1 = "9c" + GOLDEN_SAVE_HEX[2 : -len("91cb41d954fc40080000")]
+    assert FRAME_SER.decode(bytes.fromhex(save_v1)) == Save(
+        **{**_fields(GOLDEN_SAVE), "instance_saved_at": ()}
+    )
+    cut = GOLDEN_SNAPSHOT_HEX.index("9407c410")  # where `compacted` starts
+    snapshot_v1 = "9c" + GOLDEN_SNAPSHOT_HEX[2:cut]
+    assert FRAME_SER.decode(bytes.fromhex(snapshot_v1)) == Snapshot(
+        **{**_fields(GOLDEN_SNAPSHOT), "compacted": None, "batch": (), "instance_saved_at": ()}
+    )
+
+
+def _fields(frame: Save | Snapshot) -> dict[str, Any]:
+    return msgspec.structs.asdict(frame)

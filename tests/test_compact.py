@@ -114,6 +114,7 @@ def _kwargs(pol: forensics.Policy) -> dict[str, Any]:
     return {"keep": pol.mode}
 
 
+@pytest.mark.slow
 @settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), pol=policies)
 def test_compaction_keeps_heads_and_the_chosen_history(
@@ -258,8 +259,10 @@ def test_compacting_a_compacted_log(source: Path, tmp_path: Path) -> None:
                 assert all(mid_sums[p.original_seq] == p.original_checksum for p in prov)
 
 
-def test_other_integrations_streams_are_refused(source: Path, tmp_path: Path) -> None:
-    """A LangGraph stream keeps its own tables, which compaction here would not rebuild."""
+def test_frames_no_view_claims_are_refused(source: Path, tmp_path: Path) -> None:
+    """LangGraph frames in a stream whose key is not a LangGraph key: no registered view
+    claims them, so compaction could not rebuild their rows (LangGraph streams themselves are
+    compacted: tests/test_views.py)."""
     from eventlog.frames import LgRemove  # noqa: PLC0415
 
     with CheckpointLog.open(source) as cl:
@@ -269,7 +272,7 @@ def test_other_integrations_streams_are_refused(source: Path, tmp_path: Path) ->
         CheckpointLog.open(source, readonly=True) as src,
         pytest.raises(
             forensics.CompactionError,
-            match=r"stream 'lg:thread' holds lg_remove frames, written by another integration",
+            match=r"stream 'lg:thread' holds lg_remove frames, which no registered view",
         ),
     ):
         src.compact(dest)

@@ -326,7 +326,7 @@ def _tamper(cl: CheckpointLog, fn: Any) -> None:
 
 def _sid(cl: CheckpointLog, stream: str) -> bytes:
     with cl.log.backend.read() as txn:
-        sid = cl.log._stream_id(txn, stream)
+        sid = cl.log.stream_id(txn, stream)
     assert sid is not None
     return sid.to_bytes(8, "big")
 

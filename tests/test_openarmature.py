@@ -332,6 +332,7 @@ FAN_OUT_ITEMS = 1_000
 FAIL_ITEM = 640
 
 
+@pytest.mark.slow
 def test_fan_out_fails_part_way_and_resume_runs_only_unfinished_instances(
     log_dir: Path, opened: list[Any]
 ) -> None:

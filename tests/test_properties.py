@@ -142,6 +142,7 @@ def test_apply_and_apply_inplace_agree_and_apply_is_pure(
         pure = after
 
 
+@pytest.mark.slow
 @given(data=st.data())
 def test_fold_from_any_snapshot_equals_the_full_fold(
     memory_store: CheckpointLog, data: st.DataObject

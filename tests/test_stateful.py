@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -220,4 +221,4 @@ class CheckpointMachine(RuleBasedStateMachine):
 CheckpointMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=40, deadline=None
 )
-TestCheckpointMachine = CheckpointMachine.TestCase
+TestCheckpointMachine = pytest.mark.slow(CheckpointMachine.TestCase)

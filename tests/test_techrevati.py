@@ -17,6 +17,7 @@ function blocks (a long model call), so the test can kill the agent inside a tur
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import random
@@ -27,7 +28,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from techrevati.runtime import (
 
 from backends.base import WriteTxn
 from backends.memory import MemoryBackend
+from backends.testing import FaultyBackend
 from eventlog.codec import Serializer
 from eventlog.errors import CheckpointError, FrameTooLarge, InvalidStreamKey, StorageError
 from eventlog.frames import Event, Frame
@@ -641,21 +642,16 @@ def test_a_log_without_the_table_is_refused(tmp_path: Path) -> None:
     shared.close()
 
 
-class _FailingBackend(MemoryBackend):
-    """A memory store whose writes fail while ``failing`` (a full or broken disk)."""
-
-    failing = False
-
-    @contextmanager
-    def write(self) -> Iterator[WriteTxn]:
-        if self.failing:
-            raise StorageError("injected: [Errno 28] No space left on device")
-        with super().write() as txn:
-            yield txn
+def _failing_backend() -> FaultyBackend:
+    """A memory store whose commits fail while ``failing`` (a full or broken disk)."""
+    return FaultyBackend(
+        MemoryBackend(),
+        error=lambda: OSError(errno.ENOSPC, "injected: " + os.strerror(errno.ENOSPC)),
+    )
 
 
 def test_storage_failures_are_oserrors_and_runtime_dependency_failures() -> None:
-    backend = _FailingBackend()
+    backend = _failing_backend()
     saver = LogSaver.on_backend(backend)
     sink = RingBufferEventSink()
     agent = AgentSession(role="writer", phase="draft", saver=saver, event_sink=sink)

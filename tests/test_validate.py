@@ -712,7 +712,7 @@ def test_apflow_rejects_wrongly_typed_values(
 
 def _sid(cl: CheckpointLog, inv: str) -> int:
     with cl.log.backend.read() as txn:
-        sid = cl.log._stream_id(txn, inv)
+        sid = cl.log.stream_id(txn, inv)
     assert sid is not None
     return sid
 

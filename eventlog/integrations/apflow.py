@@ -36,7 +36,6 @@ import asyncio
 import builtins
 import json
 import os
-import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -53,25 +52,26 @@ from eventlog.errors import (
     InvalidType,
 )
 from eventlog.frames import Event
-from eventlog.log import (
-    Appended,
-    DeferredFrame,
-    EventLog,
-    Problem,
-    VerifyReport,
-    stream_key_bytes,
-)
+from eventlog.integrations.headed import HeadedEventView
+from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
+from eventlog.reports import VerifyReport
 from eventlog.validate import is_int
 
-__all__ = ["TABLE", "TABLES", "LogCheckpointManager", "SavedAttempt", "install_in_task_executor"]
+__all__ = [
+    "TABLE",
+    "TABLES",
+    "VIEW",
+    "ApflowView",
+    "LogCheckpointManager",
+    "SavedAttempt",
+    "install_in_task_executor",
+]
 
 TABLE: Final = "apflow"
 TABLES: Final = (TABLE,)
 STREAM_PREFIX: Final = "apflow:"
 CHECKPOINT: Final = "apflow.checkpoint"
 DELETE: Final = "apflow.delete"
-
-_U64: Final = struct.Struct(">Q")
 
 
 class _Head(msgspec.Struct, array_like=True):
@@ -110,10 +110,6 @@ class SavedAttempt(msgspec.Struct, frozen=True):
     data: dict[str, Any] | None = None
 
 
-_head_enc = msgspec.msgpack.Encoder()
-_head_dec = msgspec.msgpack.Decoder(_Head)
-
-
 def _check_task_id(task_id: Any) -> str:
     if not task_id:
         raise InvalidRecord("task_id must be non-empty")  # apflow's message (a ValueError)
@@ -124,8 +120,28 @@ def _check_task_id(task_id: Any) -> str:
     return task_id
 
 
+class ApflowView(HeadedEventView[_Head]):
+    """apflow's materialized view: one :class:`_Head` per task (``eventlog.views.View``)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            name="apflow",
+            table=TABLE,
+            stream_prefix=STREAM_PREFIX,
+            event_prefix="apflow.",
+            head_type=_Head,
+            unit="task",
+        )
+
+    def step(self, head: _Head, frame: Any, seq: int) -> _Head:
+        return _apply(head, frame, seq)
+
+
+VIEW: Final = ApflowView()
+
+
 def _head_key(sid: int) -> bytes:
-    return _U64.pack(sid)
+    return VIEW.head_key(sid)
 
 
 def _apply(head: _Head, frame: Any, seq: int) -> _Head:
@@ -148,15 +164,14 @@ class _Write(DeferredFrame):
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Event | None:
         self.sid = sid
-        raw = txn.get(TABLE, _head_key(sid))
-        before = _head_dec.decode(raw) if raw is not None else _Head()
-        return self.make(before, seq)
+        before = VIEW.read_head(txn, sid)
+        return self.make(before if before is not None else _Head(), seq)
 
     def make(self, head: _Head, seq: int) -> Event | None:
         raise NotImplementedError
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
-        txn.put(TABLE, _head_key(self.sid), _head_enc.encode(self.head))
+        VIEW.write_head(txn, self.sid, self.head)
 
 
 class _Save(_Write):
@@ -302,9 +317,9 @@ class LogCheckpointManager:
         if len(raw_key) > self._max_key:
             return None
         with self.log.backend.read() as txn:
-            sid = self.log._stream_id(txn, stream)
-            row = txn.get(TABLE, _head_key(sid)) if sid is not None else None
-        head = _head_dec.decode(row) if row is not None else _Head()
+            sid = self.log.stream_id(txn, stream)
+            row = VIEW.read_head(txn, sid) if sid is not None else None
+        head = row if row is not None else _Head()
         if head.latest == 0:
             return None
         sf = self.log.read_frame(stream, head.latest)
@@ -352,33 +367,7 @@ class LogCheckpointManager:
         """The log's own checks, plus: every task's head row equals the fold of its frames, and
         no row belongs to a task without frames."""
         report = self.log.verify()
-        with self.log.backend.read() as txn:
-            tasks = self.log.stream_ids(txn, STREAM_PREFIX)
-            rows = {_U64.unpack(k)[0]: v for k, v in txn.scan(TABLE)}
-        for stream, sid in tasks:
-            raw = rows.pop(sid, None)
-            head = _Head()
-            try:
-                for sf in self.log.read_stream(stream):
-                    head = _apply(head, sf.frame, sf.seq)
-            except CheckpointError as e:
-                report.problems.append(
-                    Problem("projection", f"cannot fold the task: {e}", stream=stream)
-                )
-                continue
-            row = _head_dec.decode(raw) if raw is not None else None
-            if row != head:
-                report.problems.append(
-                    Problem(
-                        "projection",
-                        f"apflow head row is {row!r}, the fold of the frames gives {head!r}",
-                        stream=stream,
-                    )
-                )
-        for sid in sorted(rows):
-            report.problems.append(
-                Problem("projection", f"apflow head row for stream id {sid} has no frames")
-            )
+        report.problems.extend(VIEW.verify(self.log))
         return report
 
     # -- lifetime ----------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from backends.base import Backend, Durability, ReadTxn
-from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.errors import CorruptFrame, InvalidCheckpoint, InvalidConfig, InvalidPruneStrategy
 from eventlog.frames import (
     Frame,
     LgCheckpoint,
@@ -87,7 +87,8 @@ from eventlog.integrations.langgraph_store import (
     verify_views,
     write_rows,
 )
-from eventlog.log import Appended, EventLog, Stats, VerifyReport, stream_key_bytes
+from eventlog.log import Appended, EventLog, stream_key_bytes
+from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import is_int
 from projections.langgraph import CkptRow, compaction_plan
 
@@ -95,18 +96,6 @@ LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
 PRUNE_STRATEGIES: Final = ("keep_latest", "delete")
 
 LOG_FRAME_TYPE: Any = Frame  # includes the LangGraph kinds
-
-
-class InvalidConfig(CheckpointError, ValueError):
-    """A LangGraph config lacks what the call needs (``thread_id``, ``checkpoint_id``)."""
-
-
-class InvalidCheckpoint(CheckpointError, ValueError):
-    """A checkpoint handed to ``put`` cannot be stored as it is (e.g. a non-plain version)."""
-
-
-class InvalidPruneStrategy(CheckpointError, ValueError):
-    """``prune(strategy=...)`` got a strategy other than ``keep_latest`` or ``delete``."""
 
 
 def _ids(config: RunnableConfig | None, what: str) -> tuple[str, str, str | None]:

@@ -36,10 +36,9 @@ from __future__ import annotations
 
 import collections
 import operator
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -58,7 +57,9 @@ from eventlog.frames import (
     LgRemove,
     LgWrites,
 )
-from eventlog.log import LOG, STREAM_NAMES, STREAMS, Appended, DeferredFrame, EventLog, Problem
+from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U16, U32, U64, U64X2, s16, utf8
+from eventlog.log import Appended, DeferredFrame, EventLog, StoredFrame
+from eventlog.reports import Problem
 from projections.langgraph import (
     CkptRow,
     StreamView,
@@ -96,11 +97,6 @@ class Serde(Protocol):
     def loads_typed(self, data: tuple[str, bytes]) -> Any: ...
 
 
-U64: Final = struct.Struct(">Q")
-U32: Final = struct.Struct(">I")
-U16: Final = struct.Struct(">H")
-U64X2: Final = struct.Struct(">QQ")
-
 _enc = msgspec.msgpack.Encoder()
 _dec_ckpt = msgspec.msgpack.Decoder(CkptRow)
 _dec_write = msgspec.msgpack.Decoder(WriteRow)
@@ -109,13 +105,8 @@ _dec_write = msgspec.msgpack.Decoder(WriteRow)
 # -- keys ------------------------------------------------------------------------------------
 
 
-def _utf8(s: str) -> bytes:
-    return s.encode("utf-8", "surrogatepass")
-
-
-def _s16(s: str) -> bytes:
-    raw = _utf8(s)
-    return U16.pack(len(raw)) + raw
+_utf8 = utf8
+_s16 = s16
 
 
 def stream_key(thread_id: str, checkpoint_ns: str) -> str:
@@ -794,3 +785,41 @@ def verify_views(log: EventLog) -> list[Problem]:
                     )
                 )
     return problems
+
+
+# -- the view (eventlog.views.View) ------------------------------------------------------------
+
+
+class LangGraphView:
+    """LangGraph's materialized view: checkpoints, blob and write indexes, threads and runs of
+    every ``lg:`` stream, kept by :func:`apply_rows` (the same function the writer runs)."""
+
+    name: Final = "langgraph"
+    tables: Final = TABLES
+
+    def claims(self, stream: str, first: Any) -> bool:
+        return parse_stream_key(stream) is not None and isinstance(
+            first, (LgCheckpoint, LgWrites, LgRemove)
+        )
+
+    def apply(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int, frame: Any, stored_bytes: int
+    ) -> None:
+        parsed = parse_stream_key(stream)
+        if parsed is None:
+            raise CorruptFrame(f"{stream!r} is not a LangGraph stream key", stream=stream)
+        apply_rows(txn, sid, seq, frame, thread_key(*parsed))
+
+    def rebuild_stream(
+        self, txn: WriteTxn, stream: str, sid: int, frames: Iterable[StoredFrame[Any]]
+    ) -> None:
+        for sf in frames:
+            self.apply(txn, stream, sid, sf.seq, sf.frame, sf.stored_bytes)
+
+    def verify(
+        self, log: EventLog, progress: Callable[[int, int], None] | None = None
+    ) -> list[Problem]:
+        return verify_views(log)
+
+
+VIEW: Final = LangGraphView()

@@ -33,11 +33,9 @@ Invariants:
 from __future__ import annotations
 
 import builtins
-import hashlib
 import json
 import os
 import secrets
-import struct
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -49,27 +47,27 @@ from techrevati.runtime import Checkpoint, StepRecord
 from backends.base import Backend, Durability, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame, InvalidRecord, InvalidType
 from eventlog.frames import Event
-from eventlog.log import (
-    Appended,
-    DeferredFrame,
-    EventLog,
-    Problem,
-    VerifyReport,
-    stream_key_bytes,
+from eventlog.integrations.techrevati_store import (
+    CHECKPOINT,
+    DELETE,
+    STEP,
+    STREAM_PREFIX,
+    TABLE,
+    TABLES,
+    VIEW,
+    _apply,
+    _Checkpoint,
+    _Head,
+    _Step,
+    _step_digest,
+    _steps_prefix,
 )
+from eventlog.layout import U64 as _U64
+from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
+from eventlog.reports import VerifyReport
 
 __all__ = ["TABLE", "TABLES", "HistoryItem", "LogSaver"]
 
-TABLE: Final = "techrevati"
-TABLES: Final = (TABLE,)
-STREAM_PREFIX: Final = "techrevati:"
-CHECKPOINT: Final = "techrevati.checkpoint"
-STEP: Final = "techrevati.step"
-DELETE: Final = "techrevati.delete"
-
-_HEAD: Final = b"h"  # + stream id (u64): the thread's _Head
-_STEPS: Final = b"s"  # + stream id (u64) + blake2b-128 of the step key: the step frame's seq
-_U64: Final = struct.Struct(">Q")
 _SEQ_HEX: Final = 16  # a checkpoint id is 16 hex digits of seq, then 16 random hex digits
 _ID_LEN: Final = 32
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -77,33 +75,6 @@ _MICROSECOND: Final = timedelta(microseconds=1)
 
 
 # -- stored shapes ---------------------------------------------------------------------------------
-
-
-class _Head(msgspec.Struct, array_like=True):
-    """A thread's materialized head: a fold of its frames (see :func:`_apply`)."""
-
-    cp: int = 0  # seq of the latest live checkpoint (0: none)
-    base: int = 0  # seq of the latest delete (checkpoints and steps after it are live)
-    clock: int = 0  # the greatest created_at so far, in µs since the epoch
-
-
-class _Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
-    """``Event.data`` of a ``techrevati.checkpoint`` frame."""
-
-    id: str
-    created_at: str
-    state: bytes  # UTF-8 JSON text (surrogates passed through, as Python's json allows)
-    metadata: bytes
-    parent_id: str | None = None
-    prev: int = 0  # seq of the previous live checkpoint of the thread (0: none)
-
-
-class _Step(msgspec.Struct, frozen=True, kw_only=True):
-    """``Event.data`` of a ``techrevati.step`` frame."""
-
-    key: str
-    created_at: str
-    state: bytes
 
 
 class HistoryItem(msgspec.Struct, frozen=True):
@@ -114,10 +85,6 @@ class HistoryItem(msgspec.Struct, frozen=True):
     at: float  # wall-clock time of the call (``time.time()``)
     checkpoint: Checkpoint | None = None
     step: StepRecord | None = None
-
-
-_head_enc = msgspec.msgpack.Encoder()
-_head_dec = msgspec.msgpack.Decoder(_Head)
 
 
 # -- upstream's validation, with upstream's exception types and messages ---------------------------
@@ -168,10 +135,6 @@ def _iso(micros: int) -> str:
     return (_EPOCH + micros * _MICROSECOND).isoformat(timespec="microseconds")
 
 
-def _micros(created_at: str) -> int:
-    return (datetime.fromisoformat(created_at) - _EPOCH) // _MICROSECOND
-
-
 def _seq_of(checkpoint_id: str) -> int | None:
     """The frame seq a checkpoint id names, or ``None`` when it is not one of ours."""
     if len(checkpoint_id) != _ID_LEN:
@@ -180,33 +143,6 @@ def _seq_of(checkpoint_id: str) -> int | None:
         return int(checkpoint_id[:_SEQ_HEX], 16)
     except ValueError:
         return None
-
-
-def _step_digest(step_key: str) -> bytes:
-    return hashlib.blake2b(step_key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def _head_key(sid: int) -> bytes:
-    return _HEAD + _U64.pack(sid)
-
-
-def _steps_prefix(sid: int) -> bytes:
-    return _STEPS + _U64.pack(sid)
-
-
-def _apply(head: _Head, frame: Any, seq: int) -> _Head:
-    """The head after ``frame`` (the fold :meth:`LogSaver.verify` checks rows against)."""
-    if not isinstance(frame, Event):
-        raise CorruptFrame(f"seq {seq} is a {type(frame).__name__} frame, not a techrevati event")
-    if frame.name == CHECKPOINT:
-        data = msgspec.convert(frame.data, _Checkpoint)
-        return _Head(seq, head.base, max(head.clock, _micros(data.created_at)))
-    if frame.name == STEP:
-        step = msgspec.convert(frame.data, _Step)
-        return _Head(head.cp, head.base, max(head.clock, _micros(step.created_at)))
-    if frame.name == DELETE:
-        return _Head(0, seq, head.clock)
-    raise CorruptFrame(f"seq {seq} is an event named {frame.name!r}, not a techrevati event")
 
 
 # -- frames built inside the write transaction -----------------------------------------------------
@@ -223,14 +159,14 @@ class _Write(DeferredFrame):
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Event | None:
         self.sid = sid
-        raw = txn.get(TABLE, _head_key(sid))
-        return self.make(txn, _head_dec.decode(raw) if raw is not None else _Head(), seq)
+        head = VIEW.read_head(txn, sid)
+        return self.make(txn, head if head is not None else _Head(), seq)
 
     def make(self, txn: WriteTxn, head: _Head, seq: int) -> Event | None:
         raise NotImplementedError
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
-        txn.put(TABLE, _head_key(self.sid), _head_enc.encode(self.head))
+        VIEW.write_head(txn, self.sid, self.head)
 
 
 def _tick(head: _Head, clock: Callable[[], float]) -> int:
@@ -328,7 +264,7 @@ class LogSaver:
         self._max_key = log.backend.max_key_bytes
         try:
             with log.backend.read() as txn:
-                txn.get(TABLE, _head_key(0))
+                txn.get(TABLE, VIEW.head_key(0))
         except CheckpointError as e:
             raise CheckpointError(
                 f"the log at {log.backend.location!r} has no {TABLE!r} table ({e}); open it "
@@ -374,13 +310,13 @@ class LogSaver:
         if len(raw_key) > self._max_key:
             return None  # no thread this long can have been saved
         with self.log.backend.read() as txn:
-            sid = self.log._stream_id(txn, stream)
+            sid = self.log.stream_id(txn, stream)
             if sid is None:
                 return None
-            raw = txn.get(TABLE, _head_key(sid))
-        if raw is None:
+            head = VIEW.read_head(txn, sid)
+        if head is None:
             return None
-        return stream, sid, _head_dec.decode(raw)
+        return stream, sid, head
 
     def _checkpoint_frame(self, stream: str, seq: int) -> _Checkpoint:
         sf = self.log.read_frame(stream, seq)
@@ -578,56 +514,8 @@ class LogSaver:
         """The log's own checks, plus: every thread's head row and step index equal the fold of
         its frames, and no row belongs to a thread without frames."""
         report = self.log.verify()
-        with self.log.backend.read() as txn:
-            threads = self.log.stream_ids(txn, STREAM_PREFIX)
-            rows = {_U64.unpack(k[1:9])[0] for k, _ in txn.scan_prefix(TABLE, _HEAD)}
-        for stream, sid in threads:
-            rows.discard(sid)
-            report.problems.extend(self._verify_thread(stream, sid))
-        for sid in sorted(rows):
-            report.problems.append(
-                Problem("projection", f"techrevati head row for stream id {sid} has no frames")
-            )
+        report.problems.extend(VIEW.verify(self.log))
         return report
-
-    def _verify_thread(self, stream: str, sid: int) -> builtins.list[Problem]:
-        head = _Head()
-        steps: dict[bytes, int] = {}
-        try:
-            for sf in self.log.read_stream(stream):
-                head = _apply(head, sf.frame, sf.seq)
-                if sf.frame.name == STEP:
-                    steps[_step_digest(msgspec.convert(sf.frame.data, _Step).key)] = sf.seq
-                elif sf.frame.name == DELETE:
-                    steps.clear()
-        except (CheckpointError, msgspec.ValidationError) as e:
-            return [Problem("projection", f"cannot fold the thread: {e}", stream=stream)]
-        with self.log.backend.read() as txn:
-            raw = txn.get(TABLE, _head_key(sid))
-            stored = {
-                k[len(_steps_prefix(sid)) :]: _U64.unpack(v)[0]
-                for k, v in txn.scan_prefix(TABLE, _steps_prefix(sid))
-            }
-        problems: builtins.list[Problem] = []
-        row = _head_dec.decode(raw) if raw is not None else None
-        if row != head:
-            problems.append(
-                Problem(
-                    "projection",
-                    f"techrevati head row is {row!r}, the fold of the frames gives {head!r}",
-                    stream=stream,
-                )
-            )
-        if stored != steps:
-            problems.append(
-                Problem(
-                    "projection",
-                    f"techrevati step index holds {len(stored)} entries, the fold gives "
-                    f"{len(steps)} (or they point at other frames)",
-                    stream=stream,
-                )
-            )
-        return problems
 
     # -- lifetime ----------------------------------------------------------------------------------
 

@@ -166,6 +166,7 @@ def _node_id(test_id: str) -> str:
     return f"{module.replace('.', '/')}.py::{name}"
 
 
+@pytest.mark.slow
 def test_their_suite_on_their_backends_is_the_baseline(runs: dict[str, Run]) -> None:
     theirs = runs["theirs"]
     assert theirs.counts() == THEIR_COUNTS, theirs.output[-3000:]

@@ -1,0 +1,366 @@
+"""The checkpoint-record view: heads, bodies, positions, fan-out rows, the correlation index
+and snapshot marks (tables in eventlog.materialized), as one :class:`eventlog.views.View`.
+
+The writer (eventlog.checkpoints) keeps these rows in each save's transaction from the delta it
+computed; :meth:`CheckpointView.apply` does the same from a committed frame alone (compaction,
+rebuild), :meth:`CheckpointView.rebuild_stream` folds a whole stream and writes its rows once,
+and :func:`verify_rows` checks every row against the fold of its stream.
+
+Invariants:
+- Rows written from frames here equal, byte for byte, the rows the writer wrote for the same
+  frames (the snapshot bookkeeping counts the stored bytes of checkpoint frames only).
+- :func:`verify_rows` reports, never repairs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import msgspec
+
+from backends.base import ReadTxn, WriteTxn
+from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.frames import CHECKPOINT_FRAMES, Save, Snapshot, Tombstone
+from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.layout import U16 as _U16
+from eventlog.layout import U32 as _U32
+from eventlog.log import EventLog, StoredFrame
+from eventlog.materialized import (
+    BODIES,
+    BY_CORRELATION,
+    FANOUT,
+    HEADS,
+    POSITIONS,
+    SNAPSHOTS,
+    TABLES,
+    HeadRow,
+    delete_rows,
+    full_save,
+    read_head,
+    read_row,
+    write_save,
+    write_snapshot_mark,
+)
+from eventlog.records import FanOutInstanceProgress, NodePosition, is_not_started
+from eventlog.reports import Problem
+from projections.records import Head, apply_inplace
+
+PROBLEMS_PER_STREAM_MAX: Final = 20  # materialized-row problems listed per stream, then a count
+
+_dec_row = msgspec.msgpack.Decoder(HeadRow)
+_dec_pos = msgspec.msgpack.Decoder(NodePosition)
+_dec_inst = msgspec.msgpack.Decoder(FanOutInstanceProgress)
+
+
+class CheckpointView:
+    """The checkpoint-record view (``eventlog.views.View``): claims streams whose first frame is
+    a save, snapshot or tombstone; events beside the saves are skipped."""
+
+    name: Final = "checkpoints"
+    tables: Final = TABLES
+
+    def claims(self, stream: str, first: Any) -> bool:
+        return isinstance(first, CHECKPOINT_FRAMES)
+
+    def apply(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int, frame: Any, stored_bytes: int
+    ) -> None:
+        if isinstance(frame, Tombstone):
+            try:
+                row = read_row(txn, sid)
+            except msgspec.DecodeError:
+                row = None  # delete_rows then searches the correlation index
+            delete_rows(txn, sid, row)
+            return
+        if not isinstance(frame, (Save, Snapshot)):
+            return  # an event beside the saves
+        got = read_head(txn, sid)
+        before, row = got if got is not None else (None, None)
+        head = apply_inplace(before, frame, seq, stream)
+        assert head is not None
+        if isinstance(frame, Snapshot) or row is None:
+            if isinstance(frame, Snapshot):
+                write_snapshot_mark(txn, sid, seq)
+                bookkeeping = (seq, 0, stored_bytes)
+            else:
+                bookkeeping = (0, stored_bytes, 0)
+            if row is not None:
+                delete_rows(txn, sid, row)
+            _write_full(txn, sid, head, bookkeeping)
+            return
+        write_save(
+            txn,
+            sid,
+            row,
+            frame,
+            head,
+            snapshot_seq=row.snapshot_seq,
+            chain_bytes=row.chain_bytes + stored_bytes,
+            snapshot_bytes=row.snapshot_bytes,
+        )
+
+    def rebuild_stream(
+        self, txn: WriteTxn, stream: str, sid: int, frames: Iterable[StoredFrame[Any]]
+    ) -> None:
+        """Fold the stream in memory, then write its rows once (O(frames + record))."""
+        head: Head | None = None
+        bookkeeping = (0, 0, 0)  # snapshot seq, bytes since it, its bytes
+        for sf in frames:
+            frame = sf.frame
+            if isinstance(frame, Tombstone):
+                head, bookkeeping = None, (0, 0, 0)
+            elif isinstance(frame, Snapshot):
+                write_snapshot_mark(txn, sid, sf.seq)
+                head = apply_inplace(head, frame, sf.seq, stream)
+                bookkeeping = (sf.seq, 0, sf.stored_bytes)
+            elif isinstance(frame, Save):
+                head = apply_inplace(head, frame, sf.seq, stream)
+                snap_seq, chain, snap = bookkeeping
+                bookkeeping = (snap_seq, chain + sf.stored_bytes, snap)
+        if head is not None:
+            _write_full(txn, sid, head, bookkeeping)
+
+    def verify(
+        self, log: EventLog, progress: Callable[[int, int], None] | None = None
+    ) -> list[Problem]:
+        return verify_rows(log, progress)
+
+
+def _write_full(txn: WriteTxn, sid: int, head: Head, bookkeeping: tuple[int, int, int]) -> None:
+    snap_seq, chain, snap = bookkeeping
+    write_save(
+        txn, sid, None, full_save(head), head,
+        snapshot_seq=snap_seq, chain_bytes=chain, snapshot_bytes=snap,
+    )  # fmt: skip
+
+
+VIEW: Final = CheckpointView()
+
+
+class _RowCheck:
+    """Compare one stream's materialized rows with the fold of its frames (one read txn)."""
+
+    def __init__(self, txn: ReadTxn, stream: str, sid: int) -> None:
+        self.txn = txn
+        self.stream = stream
+        self.sid = sid
+        self.key = U64.pack(sid)
+        self.problems: list[Problem] = []
+        self.extra = 0
+
+    def add(self, detail: str, seq: int | None = None) -> None:
+        if len(self.problems) < PROBLEMS_PER_STREAM_MAX:
+            self.problems.append(Problem("projection", detail, self.stream, seq))
+        else:
+            self.extra += 1
+
+    def finish(self) -> list[Problem]:
+        if self.extra:
+            self.problems.append(
+                Problem("projection", f"... and {self.extra} more row problem(s)", self.stream)
+            )
+        return self.problems
+
+    def compare(self, head: Head | None, row: HeadRow | None, corr: set[str]) -> None:
+        if head is None:
+            if row is not None:
+                self.add("a head row exists, but the fold says deleted or never saved", row.seq)
+            self.leftovers()
+            if corr:
+                self.add(f"correlation index lists it under {sorted(corr)}, but it has no head")
+            return
+        if row is None:
+            self.add(f"head row missing: the fold has a record at seq {head.seq}", head.seq)
+            return
+        self.fields(head, row)
+        self.bodies(head)
+        self.positions(head)
+        self.fan_out_rows(head)
+        if corr != {head.correlation_id}:
+            self.add(
+                f"correlation index lists it under {sorted(corr)}, expected "
+                f"[{head.correlation_id!r}]"
+            )
+
+    def fields(self, head: Head, row: HeadRow) -> None:
+        expected = {
+            "invocation_id": head.invocation_id,
+            "correlation_id": head.correlation_id,
+            "schema_version": head.schema_version,
+            "kind": head.kind,
+            "seq": head.seq,
+            "positions_count": len(head.positions),
+            "layout": tuple(s.header for s in head.slots),
+            "next_fid": head.next_fid,
+        }
+        for name, want in expected.items():
+            got = getattr(row, name)
+            if got != want:
+                self.add(f"head row {name} is {got!r}, the fold says {want!r}", head.seq)
+        if not _same_float(row.last_saved_at, head.last_saved_at):
+            self.add(
+                f"head row last_saved_at is {row.last_saved_at!r}, the fold says "
+                f"{head.last_saved_at!r}",
+                head.seq,
+            )
+
+    def bodies(self, head: Head) -> None:
+        for suffix, name, want in (
+            (b"s", "state", head.state),
+            (b"p", "parent states", head.parent_states),
+        ):
+            got = self.txn.get(BODIES, self.key + suffix) or (
+                b"\xc0" if suffix == b"s" else b"\x90"
+            )
+            if got != want:
+                self.add(f"materialized {name} differ from the fold's", head.seq)
+
+    def positions(self, head: Head) -> None:
+        rows = list(self.txn.scan_prefix(POSITIONS, self.key))
+        if len(rows) != len(head.positions):
+            self.add(f"{len(rows)} position rows, the fold has {len(head.positions)}", head.seq)
+        for (k, v), want in zip(rows, head.positions, strict=False):
+            index = _U32.unpack_from(k, 8)[0]
+            got = _dec_pos.decode(v)
+            if got != want:
+                self.add(f"position row {index} is {got!r}, the fold says {want!r}", head.seq)
+
+    def fan_out_rows(self, head: Head) -> None:
+        slots = {s.header.fid: s for s in head.slots}
+        seen: set[tuple[int, int]] = set()
+        for k, v in self.txn.scan_prefix(FANOUT, self.key):
+            fid, index = _U32.unpack_from(k, 8)[0], _U32.unpack_from(k, 12)[0]
+            slot = slots.get(fid)
+            if slot is None or index >= slot.header.instance_count:
+                self.add(f"fan-out row (fan-out id {fid}, index {index}) belongs to no fan-out")
+                continue
+            seen.add((fid, index))
+            got = _dec_inst.decode(v)
+            want = slot.instances[index]
+            if got != want:
+                name = slot.header.fan_out_node_name
+                a, b = _instances(got, want)
+                self.add(
+                    f"fan-out row {name!r}[{index}] is {a}, the fold says {b}",
+                    head.seq,
+                )
+        for fid, slot in slots.items():
+            for index, inst in enumerate(slot.instances):
+                if not is_not_started(inst) and (fid, index) not in seen:
+                    name = slot.header.fan_out_node_name
+                    self.add(f"fan-out row {name!r}[{index}] missing: the fold says {inst.state}")
+
+    def leftovers(self) -> None:
+        for table in (POSITIONS, FANOUT, BODIES):
+            for _ in self.txn.scan_prefix(table, self.key, limit=1):
+                self.add(f"rows left in {table!r} for a stream with no head")
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _instances(got: FanOutInstanceProgress, want: FanOutInstanceProgress) -> tuple[str, str]:
+    """Two differing instances in a message: state and result, plus the error flags and inner
+    positions when those are what differs (two equal texts would hide the difference)."""
+    a, b = (f"{p.state} {_brief(p.result)}" for p in (got, want))
+    if a == b:
+        a, b = (
+            f"{p.state} {_brief(p.result)} (error={p.result_is_error}) with inner positions "
+            f"{_brief(p.completed_inner_positions)}"
+            for p in (got, want)
+        )
+    return a, b
+
+
+def _same_float(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))  # an unchanged NaN is no problem
+
+
+def verify_rows(log: EventLog, progress: Callable[[int, int], None] | None = None) -> list[Problem]:
+    """Every checkpoint row against the fold of its stream's frames, in one read txn
+    (``progress(done, total)`` in frames)."""
+    problems: list[Problem] = []
+    with log.backend.read() as txn:
+        total = txn.count(LOG)
+        names = {
+            U64.unpack(k)[0]: v.decode("utf-8", "surrogatepass") for k, v in txn.scan(STREAM_NAMES)
+        }
+        heads: dict[int, HeadRow | None] = {}
+        for k, v in txn.scan(HEADS):
+            sid = U64.unpack(k)[0]
+            try:
+                heads[sid] = _dec_row.decode(v)
+            except msgspec.DecodeError as e:
+                heads[sid] = None
+                problems.append(
+                    Problem("projection", f"head row does not decode: {e}", names.get(sid))
+                )
+        marks: dict[int, set[int]] = {}
+        for k, _ in txn.scan(SNAPSHOTS):
+            marks.setdefault(U64.unpack_from(k)[0], set()).add(U64.unpack_from(k, 8)[0])
+        corr: dict[int, set[str]] = {}
+        for k, _ in txn.scan(BY_CORRELATION):
+            n = _U16.unpack_from(k)[0]
+            corr.setdefault(U64.unpack_from(k, 2 + n)[0], set()).add(
+                k[2 : 2 + n].decode("utf-8", "surrogatepass")
+            )
+        done = 0
+        for sid, stream in names.items():
+            head, snapshots, failure, frames = _fold_in_txn(log, txn, sid, stream)
+            done += frames
+            if progress is not None:
+                progress(done, total)
+            row = heads.pop(sid, None)
+            marked = marks.pop(sid, set())
+            indexed = corr.pop(sid, set())
+            if failure is not None:
+                problems.append(failure)
+                continue
+            check = _RowCheck(txn, stream, sid)
+            if head is not None or row is not None or snapshots or marked or indexed:
+                check.compare(head, row, indexed)
+            for seq in sorted(marked - snapshots):
+                check.add(f"snapshot mark at seq {seq}, but that frame is not a snapshot", seq)
+            for seq in sorted(snapshots - marked):
+                check.add(f"snapshot frame at seq {seq} has no snapshot mark", seq)
+            problems.extend(check.finish())
+        orphans = [f"a head row for stream id {sid}" for sid in heads]
+        orphans += [f"snapshot marks for stream id {sid}" for sid in marks]
+        orphans += [
+            f"correlation index entries {sorted(c)} for stream id {sid}" for sid, c in corr.items()
+        ]
+        problems.extend(Problem("projection", f"{o}, which has no frames") for o in orphans)
+    return problems
+
+
+def _fold_in_txn(
+    log: EventLog, txn: ReadTxn, sid: int, stream: str
+) -> tuple[Head | None, set[int], Problem | None, int]:
+    """``(head, snapshot seqs, problem, frames)``: the fold of one stream inside ``txn``."""
+    head: Head | None = None
+    snapshots: set[int] = set()
+    frames = 0
+    for key, gkey in txn.scan_prefix(STREAMS, U64.pack(sid)):
+        frames += 1
+        seq = U64X2.unpack(key)[1]
+        data = txn.get(LOG, gkey)
+        try:
+            if data is None:
+                raise CorruptFrame("the frame is missing from the log")
+            _, frame = log.decode_envelope(data)
+            if not isinstance(frame, CHECKPOINT_FRAMES):
+                continue
+            if isinstance(frame, Snapshot):
+                snapshots.add(seq)
+            head = apply_inplace(head, frame, seq, stream)
+        except (CheckpointError, KeyError, IndexError, TypeError) as e:
+            detail = (
+                f"the head cannot be rebuilt from the frames: seq {seq} is unreadable or does "
+                f"not apply ({e}); the problems above locate the damage"
+            )
+            return None, snapshots, Problem("projection", detail, stream, seq), frames
+    return head, snapshots, None, frames

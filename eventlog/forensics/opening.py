@@ -1,0 +1,106 @@
+"""Opening a log read-only for forensics, never crashing on a truncated data file.
+
+The only forensics module that builds a :class:`~eventlog.checkpoints.CheckpointLog` (the
+package exposes it lazily, so CheckpointLog can use the rest of forensics without a cycle).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from backends.lmdb_salvage import DATA_FILE, data_file_check, zero_filled_copy
+from eventlog.checkpoints import CheckpointLog
+from eventlog.errors import NotALog
+from eventlog.reports import Problem
+
+Prober = Callable[[str], int | None]
+"""``probe(path)``: read every page of the log at ``path`` somewhere a crash cannot hurt (a
+forked child: ``backends.lmdb_salvage.probe_in_child``); the signal that killed the reader,
+or ``None``."""
+
+
+class Opened:
+    """A checkpoint log opened read-only for forensics, with storage-level problems found
+    on the way (a truncated ``data.mdb`` is read from a zero-filled private copy)."""
+
+    def __init__(self, log: CheckpointLog, problems: list[Problem], copy_dir: str | None) -> None:
+        self.log = log
+        self.problems = problems
+        self._copy_dir = copy_dir
+
+    def close(self) -> None:
+        try:
+            self.log.close()
+        finally:
+            if self._copy_dir is not None:
+                shutil.rmtree(self._copy_dir, ignore_errors=True)
+
+    def __enter__(self) -> Opened:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_readonly(
+    path: str | os.PathLike[str], *, probe: Prober | bool | None = None, **options: Any
+) -> Opened:
+    """Open the log at ``path`` read-only, never crashing on a truncated ``data.mdb``.
+
+    When the file is shorter than its newest LMDB transaction says, the log is read from a
+    private copy whose missing tail is zero-filled, so every reader sees damaged pages as
+    errors (reported) rather than dying of SIGBUS. ``probe`` (a :data:`Prober`, which command-
+    line tools pass; this call itself never forks) first checks whether reading the file
+    really fails: a short file that reads whole is then opened in place. ``probe=False``:
+    neither check nor copy.
+    """
+    location = os.fspath(path)
+    if not Path(location).is_dir():
+        raise NotALog(
+            f"no ckptlog log at {location!r}: expected a directory holding {DATA_FILE}; "
+            "check the path"
+        )
+    check = data_file_check(location)
+    problems: list[Problem] = []
+    copy_dir: str | None = None
+    if check is not None and check.short and probe is not False:
+        sig = probe(location) if callable(probe) else None
+        if sig is not None or not callable(probe):
+            missing = check.used_bytes - check.file_bytes
+            how = (
+                f"reading them killed a probe reader ({signal_name(sig)})"
+                if sig is not None
+                else "reading them could kill this process"
+            )
+            problems.append(
+                Problem(
+                    "truncated",
+                    f"{check.path} is {check.file_bytes:,} bytes, but its last transaction "
+                    f"(txn {check.txn_id}) uses {check.used_bytes:,}: the last "
+                    f"{missing:,} bytes ({-(-missing // check.page_bytes)} pages) are missing "
+                    f"and {how}; read from a copy with them zero-filled: what they held is "
+                    "reported unreadable. Restore the file from a backup",
+                )
+            )
+            parent = getattr(sys.modules.get("eventlog.forensics"), "SALVAGE_PARENT", None)
+            copy_dir = zero_filled_copy(check, parent)
+    try:
+        log = CheckpointLog.open(copy_dir or location, readonly=True, **options)
+    except BaseException:
+        if copy_dir is not None:
+            shutil.rmtree(copy_dir, ignore_errors=True)
+        raise
+    return Opened(log, problems, copy_dir)
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

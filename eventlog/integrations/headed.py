@@ -1,0 +1,172 @@
+"""A headed event store: the materialized view apflow and techrevati share.
+
+Streams named ``<stream_prefix><id>`` hold :class:`eventlog.frames.Event` frames whose names
+start with ``<event_prefix>``; each stream has one small head row (a msgspec struct, key
+``head_prefix + sid``) in the integration's table, the fold of its frames (:meth:`step`), plus
+whatever extra rows a subclass keeps (:meth:`apply_extra`, :meth:`expected_extra`).
+
+Invariants:
+- A frame's rows are written in the transaction that appends it: either by the integration's
+  deferred frame (which computed the head it writes with :meth:`write_head`) or by
+  :meth:`apply` (compaction, rebuild); both give the rows :meth:`step` folds to.
+- :meth:`verify` reports, never repairs: every stream's head row (and extra rows) against the
+  fold of its frames, and head rows of streams without frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from backends.base import ReadTxn, WriteTxn
+from eventlog.errors import CheckpointError
+from eventlog.frames import Event
+from eventlog.layout import U64
+from eventlog.log import EventLog, StoredFrame
+from eventlog.reports import Problem
+
+H = TypeVar("H", bound=msgspec.Struct)
+
+
+class HeadedEventView(Generic[H]):
+    """One head row per stream, folded from the stream's events (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        table: str,
+        stream_prefix: str,
+        event_prefix: str,
+        head_type: type[H],
+        head_prefix: bytes = b"",
+        unit: str = "stream",
+    ) -> None:
+        self.name = name
+        self.table = table
+        self.tables: tuple[str, ...] = (table,)
+        self.stream_prefix = stream_prefix
+        self.event_prefix = event_prefix
+        self.head_type = head_type
+        self.head_prefix = head_prefix
+        self.unit = unit  # what a stream is to the integration, in messages: "task", "thread"
+        self._enc = msgspec.msgpack.Encoder()
+        self._dec = msgspec.msgpack.Decoder(head_type)
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def head_key(self, sid: int) -> bytes:
+        return self.head_prefix + U64.pack(sid)
+
+    def initial(self) -> H:
+        return self.head_type()
+
+    def read_head(self, txn: ReadTxn, sid: int) -> H | None:
+        raw = txn.get(self.table, self.head_key(sid))
+        return None if raw is None else self._dec.decode(raw)
+
+    def write_head(self, txn: WriteTxn, sid: int, head: H) -> None:
+        txn.put(self.table, self.head_key(sid), self._enc.encode(head))
+
+    # -- the fold (subclasses) -------------------------------------------------------------------
+
+    def step(self, head: H, frame: Any, seq: int) -> H:
+        """The head after ``frame``; raises :class:`~eventlog.errors.CorruptFrame` on a frame
+        that is not this integration's."""
+        raise NotImplementedError
+
+    def apply_extra(self, txn: WriteTxn, sid: int, seq: int, frame: Any) -> None:
+        """Rows besides the head that ``frame`` changes (none by default)."""
+
+    def expected_extra(self, frames: Iterable[StoredFrame[Any]]) -> dict[bytes, bytes]:
+        """The extra rows (key after ``extra_prefix(sid)`` -> value) the frames fold to."""
+        return {}
+
+    def extra_prefix(self, sid: int) -> bytes | None:
+        """Where a stream's extra rows live (``None``: it has none)."""
+        return None
+
+    def extra_problem(
+        self, stream: str, stored: dict[bytes, bytes], want: dict[bytes, bytes]
+    ) -> str:
+        return (
+            f"{self.name} rows of the {self.unit} hold {len(stored)} entries, the fold gives "
+            f"{len(want)} (or they point at other frames)"
+        )
+
+    # -- the view protocol (eventlog.views.View) -------------------------------------------------
+
+    def claims(self, stream: str, first: Any) -> bool:
+        return (
+            stream.startswith(self.stream_prefix)
+            and isinstance(first, Event)
+            and first.name.startswith(self.event_prefix)
+        )
+
+    def apply(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int, frame: Any, stored_bytes: int
+    ) -> None:
+        head = self.read_head(txn, sid)
+        self.write_head(
+            txn, sid, self.step(head if head is not None else self.initial(), frame, seq)
+        )
+        self.apply_extra(txn, sid, seq, frame)
+
+    def rebuild_stream(
+        self, txn: WriteTxn, stream: str, sid: int, frames: Iterable[StoredFrame[Any]]
+    ) -> None:
+        for sf in frames:
+            self.apply(txn, stream, sid, sf.seq, sf.frame, sf.stored_bytes)
+
+    def verify(
+        self, log: EventLog, progress: Callable[[int, int], None] | None = None
+    ) -> list[Problem]:
+        problems: list[Problem] = []
+        with log.backend.read() as txn:
+            streams = log.stream_ids(txn, self.stream_prefix)
+            n = len(self.head_prefix)
+            rows = {
+                U64.unpack_from(k, n)[0]: v
+                for k, v in txn.scan_prefix(self.table, self.head_prefix)
+            }
+        for stream, sid in streams:
+            raw = rows.pop(sid, None)
+            head = self.initial()
+            try:
+                frames = list(log.read_stream(stream))
+                if frames and not self.claims(stream, frames[0].frame) and raw is None:
+                    continue  # another view's stream (a checkpoint invocation with our prefix)
+                for sf in frames:
+                    head = self.step(head, sf.frame, sf.seq)
+                want_extra = self.expected_extra(frames)
+            except (CheckpointError, msgspec.ValidationError) as e:
+                problems.append(
+                    Problem("projection", f"cannot fold the {self.unit}: {e}", stream=stream)
+                )
+                continue
+            row = self._dec.decode(raw) if raw is not None else None
+            if row != head:
+                problems.append(
+                    Problem(
+                        "projection",
+                        f"{self.name} head row is {row!r}, the fold of the frames gives {head!r}",
+                        stream=stream,
+                    )
+                )
+            prefix = self.extra_prefix(sid)
+            if prefix is not None:
+                with log.backend.read() as txn:
+                    stored = {k[len(prefix) :]: v for k, v in txn.scan_prefix(self.table, prefix)}
+                if stored != want_extra:
+                    problems.append(
+                        Problem(
+                            "projection", self.extra_problem(stream, stored, want_extra), stream
+                        )
+                    )
+        problems.extend(
+            Problem("projection", f"{self.name} head row for stream id {sid} has no frames")
+            for sid in sorted(rows)
+        )
+        return problems

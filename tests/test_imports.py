@@ -1,0 +1,191 @@
+"""The import graph of eventlog, projections and backends has no cycle (issue 13).
+
+Edges are every import a module may run: ``import`` / ``from`` statements anywhere in it,
+function bodies included (a lazy import is a dependency too), except inside ``if
+TYPE_CHECKING:`` blocks (annotations only) and a package's PEP 562 ``__getattr__``, which is
+how ``eventlog`` and ``eventlog.forensics`` expose a name of a layer above them on first use.
+Importing ``a.b.c`` also runs ``a`` and ``a.b`` (their ``__init__``), so those are edges too,
+except from modules inside ``a.b`` (their packages are initialized first). Leaf modules are
+checked to import no composition module. On the code before issue 13 it finds
+``eventlog.checkpoints -> eventlog.forensics -> eventlog.checkpoints``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("eventlog", "projections", "backends")
+# The application: the command line and its web server register and call each other (cli
+# registers `serve`; serve renders diffs with cli's text functions), so they form one node of the
+# graph; no library module may import either.
+APPLICATION = frozenset(("eventlog.cli", "eventlog.serve"))
+LEAVES = (
+    "eventlog.errors",
+    "eventlog.records",
+    "eventlog.frames",
+    "eventlog.codec",
+    "eventlog.layout",
+    "eventlog.reports",
+)
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(body: list[ast.stmt], top: bool = True) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif isinstance(node, ast.If) and _type_checking(node.test):
+            found += _runtime_imports(node.orelse, top)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            top and node.name == "__getattr__"
+        ):
+            continue
+        else:
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    found += _runtime_imports(
+                        [n for n in inner if isinstance(n, ast.stmt)]
+                        + [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body],
+                        False,
+                    )
+    return found
+
+
+def _with_parents(name: str, known: dict[str, Path]) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & set(known)
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text()).body):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    targets |= _with_parents(alias.name, known)
+                continue
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            targets |= _with_parents(base, known)
+            for alias in node.names:  # ``from pkg import module``
+                if f"{base}.{alias.name}" in known:
+                    targets.add(f"{base}.{alias.name}")
+        # A module's own packages are initialized before it runs: not an edge out of it.
+        edges[name] = targets - _with_parents(name, known)
+    return edges
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def _collapse_application(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    def node(name: str) -> str:
+        return "<application>" if name in APPLICATION else name
+
+    out: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        out.setdefault(node(name), set()).update(node(t) for t in targets)
+    for name, targets in out.items():
+        targets.discard(name)
+    return out
+
+
+def test_no_import_cycle() -> None:
+    edges = _collapse_application(graph())
+    assert "eventlog.forensics.queries" in edges  # the walk sees the packages
+    cycle = find_cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_library_module_imports_the_application() -> None:
+    for name, targets in graph().items():
+        if name not in APPLICATION:
+            assert not targets & APPLICATION, (name, sorted(targets & APPLICATION))
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_leaf_modules_import_only_leaves() -> None:
+    edges = graph()
+    allowed = {*LEAVES, "eventlog", "eventlog.validate"}
+    for leaf in LEAVES:
+        assert edges[leaf] <= allowed, (leaf, sorted(edges[leaf] - allowed))
+
+
+def test_result_types_and_every_exception_come_from_eventlog() -> None:
+    import eventlog  # noqa: PLC0415
+    from eventlog import errors  # noqa: PLC0415
+
+    for name in ("VerifyReport", "Problem", "Stats", "RecordDiff", "ReplayStep", "CompactReport"):
+        assert isinstance(getattr(eventlog, name), type), name
+    defined = {
+        n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)
+    }
+    assert defined <= set(eventlog.__all__), sorted(defined - set(eventlog.__all__))
+    for name in defined:
+        assert getattr(eventlog, name) is getattr(errors, name)
+    elsewhere = []
+    for module, path in modules().items():
+        if module == "eventlog.errors" or module in APPLICATION:
+            continue  # the application's own errors (exit status, HTTP status) are not the API
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
+                private = node.name.startswith("_")  # a module's own control flow
+                if not private and (
+                    bases & defined or any(b.endswith(("Error", "Exception")) for b in bases)
+                ):
+                    elsewhere.append(f"{module}.{node.name}")
+    assert not elsewhere, f"exceptions defined outside eventlog/errors.py: {elsewhere}"
