@@ -153,6 +153,7 @@ class _Sql:
         "delete",
         "delete_range",
         "get",
+        "get_many",
         "last",
         "put",
         "put_many",
@@ -166,6 +167,7 @@ class _Sql:
             return sql.SQL(q).format(t=t).as_string(None)
 
         self.get = r("SELECT v FROM {t} WHERE k = %b")
+        self.get_many = r("SELECT k, v FROM {t} WHERE k = ANY(%b::bytea[])")
         self.last = r("SELECT k FROM {t} ORDER BY k DESC LIMIT 1")
         self.count = r("SELECT count(*) FROM {t}")
         self.put = r(
@@ -242,6 +244,16 @@ class _PgRead(ReadTxn):
             return None
         rows = self._q(s.get, (key,))
         return rows[0][0] if rows else None
+
+    def get_many(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        s = self._readable(table)
+        if s is None or not keys:
+            return [None] * len(keys)
+        if len(keys) == 1:
+            return [self.get(table, keys[0])]
+        ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
+        found: dict[bytes, bytes] = dict(self._q(s.get_many, (ok,)))
+        return [found.get(k) for k in keys]
 
     def scan(
         self,

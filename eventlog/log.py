@@ -317,22 +317,36 @@ class EventLog:
         map_size_initial: int | None = None,
         **options: Any,
     ) -> EventLog:
-        """Open (or create) the log stored in directory ``path`` on the LMDB backend."""
-        from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
-            MAP_SIZE_INITIAL,
-            MAP_SIZE_MAX,
-            LmdbBackend,
-        )
+        """Open (or create) the log stored in directory ``path`` on the LMDB backend, or, when
+        ``path`` is a ``postgresql://host/db?schema=NAME`` URL, in that schema of a PostgreSQL
+        database (``backends.postgres``; the map sizes do not apply there)."""
+        backend: Backend
+        if isinstance(path, str) and path.split("://", 1)[0] in ("postgresql", "postgres"):
+            from backends.postgres import PostgresBackend  # noqa: PLC0415 - psycopg optional
 
-        backend = LmdbBackend(
-            path,
-            tables=(*CORE_TABLES, *extra_tables),
-            durability=durability,
-            readonly=readonly,
-            map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
-            map_size_max=map_size_max or MAP_SIZE_MAX,
-            marker_table=META,
-        )
+            backend = PostgresBackend(
+                path,
+                tables=(*CORE_TABLES, *extra_tables),
+                durability=durability,
+                readonly=readonly,
+                marker_table=META,
+            )
+        else:
+            from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
+                MAP_SIZE_INITIAL,
+                MAP_SIZE_MAX,
+                LmdbBackend,
+            )
+
+            backend = LmdbBackend(
+                path,
+                tables=(*CORE_TABLES, *extra_tables),
+                durability=durability,
+                readonly=readonly,
+                map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
+                map_size_max=map_size_max or MAP_SIZE_MAX,
+                marker_table=META,
+            )
         try:
             return cls(backend, **options)
         except BaseException:
@@ -964,10 +978,11 @@ class EventLog:
                 if sid is None:
                     return
                 stop = U64X2.pack(sid, to_seq + 1) if to_seq is not None else _u64(sid + 1)
-                for key, gkey in txn.scan(
-                    STREAMS, U64X2.pack(sid, next_seq), stop, limit=READ_CHUNK_FRAMES
-                ):
-                    data = txn.get(LOG, gkey)
+                index = list(
+                    txn.scan(STREAMS, U64X2.pack(sid, next_seq), stop, limit=READ_CHUNK_FRAMES)
+                )
+                frames = txn.get_many(LOG, [gkey for _, gkey in index])
+                for (key, gkey), data in zip(index, frames, strict=True):
                     if data is None:
                         seq = U64X2.unpack(key)[1]
                         raise CorruptFrame(
