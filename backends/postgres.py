@@ -138,7 +138,7 @@ def _storage_error(e: psycopg.Error, where: str) -> StorageError:
 
         return StorageError(errno.ENOSPC, f"{where}: the database server's disk is full ({e})")
     return StorageError(
-        f"{where}: PostgreSQL error {type(e).__name__}: {str(e).strip()}; check that the "
+        f"{where}: PostgreSQL error {type(e).__name__}: {' '.join(str(e).split())}; check that the "
         "server is up and reachable, then try again"
     )
 
@@ -535,7 +535,7 @@ class PostgresBackend(Backend):
                 application_name="ckptlog",
             )
         except psycopg.OperationalError as e:
-            text = str(e).strip()
+            text = " ".join(str(e).split())
             if "password authentication failed" in text or "no password supplied" in text:
                 hint = "check the user and password in the URL"
             elif "does not exist" in text:

@@ -1723,6 +1723,8 @@ def open_readonly(path: str | os.PathLike[str], *, probe: bool = True, **options
     from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
 
     location = os.fspath(path)
+    if location.split("://", 1)[0] in ("postgresql", "postgres"):  # a server: no file to check
+        return Opened(CheckpointLog.open(location, readonly=True, **options), [], None)
     if not Path(location).is_dir():
         raise NotALog(
             f"no ckptlog log at {location!r}: expected a directory holding {DATA_FILE}; "
