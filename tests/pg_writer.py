@@ -1,7 +1,7 @@
 """One worker process of the multi-process PostgreSQL tests and scaling measurement.
 
 Run as ``python tests/pg_writer.py URL W WORKERS SAVES INSTANCES FLUSH_EVERY``; not a test
-module. Worker ``W`` of ``WORKERS`` opens the checkpoint log at ``URL`` (a separate process
+module (``benchmarks/pg_scale.py`` runs it too). Worker ``W`` of ``WORKERS`` opens the checkpoint log at ``URL`` (a separate process
 with its own connections, as a worker on another host would be) and interleaves:
 
 - ``SAVES`` durable whole-record saves of its own invocation ``own-W``;
@@ -9,7 +9,9 @@ with its own connections, as a worker on another host would be) and interleaves:
   (``INSTANCES`` in all) with ``i % WORKERS == W``, batched by ``FLUSH_EVERY``;
 
 then flushes and closes. It prints ``ack own-W N`` after save ``N`` returned, ``flushed K``
-after a flush that covered its first ``K`` instances returned, and finally ``elapsed SECONDS``.
+after a flush that covered its first ``K`` instances returned, and finally ``elapsed SECONDS``,
+``commits N`` and ``lockwait SECONDS`` (time spent beginning write transactions: the wait
+for the writers' lock).
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ def main() -> int:
         emit(f"flushed {len(mine)}")
     finally:
         cl.close()
+    backend = cl.log.backend
     emit(f"elapsed {time.perf_counter() - start:.4f}")
+    emit(f"commits {getattr(backend, 'commits', 0)}")
+    emit(f"lockwait {getattr(backend, 'lock_wait_s', 0.0):.4f}")
     return 0
 
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pg_schemas import PgSchemas
 
+from backends.base import RetryableWrite, WriteTxn
 from backends.postgres import PostgresBackend, _PgRead
 from backends.testing import BackendContract
+from eventlog.errors import CommitOutcomeUnknown
 
 TABLES = ("a", "b")
 
@@ -59,3 +62,74 @@ class TestPostgresBackend(BackendContract):
             assert [k for (k,) in rows] == sorted(keys)
         finally:
             backend.close()
+
+
+def _other_txn(url: str, *, commit: bool | None) -> tuple[int, psycopg.Connection[Any]]:
+    """A transaction on another connection that wrote nothing: ``(its id, the connection)``;
+    committed, rolled back, or (``None``) left open."""
+    conn = psycopg.connect(url.split("?", maxsplit=1)[0], autocommit=True)
+    conn.execute("BEGIN")
+    row = conn.execute("SELECT txid_current()").fetchone()
+    assert row is not None
+    if commit is True:
+        conn.execute("COMMIT")
+    elif commit is False:
+        conn.execute("ROLLBACK")
+    return int(row[0]), conn
+
+
+def test_a_commit_cut_off_is_resolved_by_its_transaction_id(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    url = pg_schemas.url(tmp_path)
+    backend = PostgresBackend(url, tables=TABLES)
+    cause = psycopg.OperationalError("the connection was lost during COMMIT")
+    try:
+        xid, conn = _other_txn(url, commit=True)
+        conn.close()
+        backend._resolve(xid, cause)  # committed: success, nothing raised
+        xid, conn = _other_txn(url, commit=False)
+        conn.close()
+        with pytest.raises(RetryableWrite, match=r"rolled transaction \d+ back; run it again"):
+            backend._resolve(xid, cause)
+        backend.run_write(lambda txn: txn.put("a", b"k", b"still writable"))
+        # Still in progress every time it asks: the outcome is unknown, so no more writes.
+        xid, conn = _other_txn(url, commit=None)
+        try:
+            with pytest.raises(CommitOutcomeUnknown, match=r"may or may not have committed"):
+                backend._resolve(xid, cause)
+        finally:
+            conn.close()
+        with pytest.raises(CommitOutcomeUnknown, match=r"refuses further writes.*reopen"):
+            backend.run_write(lambda txn: txn.put("a", b"k", b"refused"))
+        with backend.read() as r:
+            assert r.get("a", b"k") == b"still writable"
+    finally:
+        backend.close()
+
+
+def test_a_connection_killed_mid_transaction_is_retried(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    url = pg_schemas.url(tmp_path)
+    backend = PostgresBackend(url, tables=TABLES)
+    killer = psycopg.connect(url.split("?")[0], autocommit=True)
+    attempts: list[int] = []
+
+    def fn(txn: WriteTxn) -> int:
+        attempts.append(len(attempts))
+        txn.put("a", b"k%d" % len(attempts), b"v")
+        if len(attempts) == 1:
+            assert isinstance(txn, _PgRead)
+            pid = txn._conn.info.backend_pid
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            txn.put("a", b"after", b"lost")  # the server is gone: this fails
+        return len(attempts)
+
+    try:
+        assert backend.run_write(fn) == 2
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"k2", b"v")]  # the first attempt left nothing
+    finally:
+        killer.close()
+        backend.close()
