@@ -1,7 +1,8 @@
 """One worker process of the multi-process PostgreSQL tests and scaling measurement.
 
 Run as ``python tests/pg_writer.py URL W WORKERS SAVES INSTANCES FLUSH_EVERY``; not a test
-module (``benchmarks/pg_scale.py`` runs it too). Worker ``W`` of ``WORKERS`` opens the checkpoint log at ``URL`` (a separate process
+module (``benchmarks/pg_scale.py`` runs it too). Worker ``W`` of ``WORKERS`` opens the
+checkpoint log at ``URL`` (a separate process
 with its own connections, as a worker on another host would be) and interleaves:
 
 - ``SAVES`` durable whole-record saves of its own invocation ``own-W``;
