@@ -160,12 +160,17 @@ def write_save(
         for hd in before.layout:
             if hd.fid not in kept:
                 txn.delete_prefix(FANOUT, k + U32.pack(hd.fid))
-    for ch in delta.instances:
-        key = k + U32.pack(ch.fid) + U32.pack(ch.index)
-        if ch.progress == NOT_STARTED:
-            txn.delete(FANOUT, key)
-        else:
-            txn.put(FANOUT, key, _enc.encode(ch.progress))
+    if delta.instances:
+        final: dict[bytes, FanOutInstanceProgress] = {}  # a batch may change one twice
+        for ch in delta.instances:
+            final[k + U32.pack(ch.fid) + U32.pack(ch.index)] = ch.progress
+        puts = []
+        for key, progress in final.items():
+            if progress == NOT_STARTED:
+                txn.delete(FANOUT, key)
+            else:
+                puts.append((key, _enc.encode(progress)))
+        txn.put_many(FANOUT, sorted(puts))  # one backend call (one query on a server)
     if before is None or before.correlation_id != head.correlation_id:
         if before is not None:
             txn.delete(BY_CORRELATION, corr_key(before.correlation_id, sid))
