@@ -326,9 +326,22 @@ class _PgWrite(_PgRead, WriteTxn):
         super().__init__(conn, owner)
         self._last: dict[str, bytes | None] = {}  # greatest key per table, once looked up
 
-    def _x(self, query: str, params: tuple[Any, ...]) -> int:
+    def _x(self, query: str, params: tuple[Any, ...]) -> None:
+        """Queue a write in the pipeline: sent with the next read or the COMMIT, no round trip
+        of its own (an error it meets is raised there)."""
         try:
-            return self._conn.execute(query, params, binary=True).rowcount
+            self._conn.execute(query, params, binary=True)
+        except psycopg.Error as e:
+            raise self._owner._failed(e, "writing") from e
+
+    def _n(self, query: str, params: tuple[Any, ...]) -> int:
+        """Run a write now and return how many rows it changed."""
+        try:
+            cur = self._conn.execute(query, params, binary=True)
+            pipeline = self._conn._pipeline
+            if pipeline is not None:
+                pipeline.sync()
+            return cur.rowcount
         except psycopg.Error as e:
             raise self._owner._failed(e, "writing") from e
 
@@ -379,7 +392,7 @@ class _PgWrite(_PgRead, WriteTxn):
         assert s is not None
         if not isinstance(key, bytes) or not key or len(key) > POSTGRES_KEY_BYTES_MAX:
             return False
-        gone = self._x(s.delete, (key,)) > 0
+        gone = self._n(s.delete, (key,)) > 0
         if gone and self._last.get(table) == key:
             del self._last[table]
         return gone
@@ -388,7 +401,7 @@ class _PgWrite(_PgRead, WriteTxn):
         s = self._sql(table)
         assert s is not None
         stop = prefix_end(prefix)
-        n = self._x(s.delete_range, (prefix, stop, stop))
+        n = self._n(s.delete_range, (prefix, stop, stop))
         if n:
             self._last.pop(table, None)
         return n
@@ -419,11 +432,12 @@ class _PgWrite(_PgRead, WriteTxn):
 class _WriteScope:
     """``with backend.write() as txn``: the writers' lock, the transaction, its commit."""
 
-    __slots__ = ("owner", "xid")
+    __slots__ = ("owner", "pipeline", "xid")
 
     def __init__(self, owner: PostgresBackend) -> None:
         self.owner = owner
         self.xid = 0
+        self.pipeline: Any = None
 
     def __enter__(self) -> WriteTxn:
         owner = self.owner
@@ -442,6 +456,9 @@ class _WriteScope:
                 raise owner._failed(e, "beginning a write") from e
             assert row is not None
             self.xid = int(row[1])
+            # Pipeline mode: writes are queued and go out with the next read or the COMMIT.
+            self.pipeline = conn.pipeline()
+            self.pipeline.__enter__()
             return _PgWrite(conn, owner)
         except BaseException:
             owner._write_lock.release()
@@ -451,9 +468,13 @@ class _WriteScope:
         owner = self.owner
         try:
             conn = owner._wconn
+            pipeline, self.pipeline = self.pipeline, None
             if exc is not None:
                 if conn is not None and not conn.closed:
                     try:
+                        if pipeline is not None:
+                            with contextlib.suppress(psycopg.Error):
+                                pipeline.__exit__(None, None, None)  # what was queued fails
                         conn.execute("ROLLBACK")
                     except psycopg.Error:
                         owner._drop_writer()  # the server rolls back a lost session
@@ -461,6 +482,8 @@ class _WriteScope:
             assert conn is not None
             try:
                 conn.execute("COMMIT")
+                if pipeline is not None:
+                    pipeline.__exit__(None, None, None)  # sends the queued writes and COMMIT
                 owner.commits += 1
             except psycopg.Error as e:
                 if not _lost(e):
