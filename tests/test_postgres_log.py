@@ -174,3 +174,45 @@ def test_many_writer_processes_keep_every_invariant(pg_schemas: PgSchemas, tmp_p
     finally:
         ro.close()
     _ = NS
+
+
+def test_bench_harness_runs_the_postgres_peer_and_drops_its_schemas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--peer benchmarks.peers.postgres:...`` rows beside the LMDB ones they compare with;
+    every schema the run made (also by the instances cells' subprocesses) is gone after."""
+    import json  # noqa: PLC0415
+
+    import psycopg  # noqa: PLC0415
+
+    from benchmarks.__main__ import main as bench  # noqa: PLC0415
+    from benchmarks.peers import postgres as pg_peer  # noqa: PLC0415
+
+    prefix = f"benchtest_{tmp_path.name[-8:].lower()}_"
+    monkeypatch.setenv("CKPTLOG_BENCH_PG_PREFIX", prefix)
+    out = tmp_path / "bench.json"
+    argv = ["run", "--quick", "--scenario", "linear,instances", "--backend", "ckptlog-fsync"]
+    argv += ["--peer", "benchmarks.peers.postgres:fsync"]
+    argv += ["--peer", "benchmarks.peers.postgres:fsync_batched"]
+    try:
+        assert bench([*argv, "--no-progress", "--repeats", "1", "--out", str(out)]) == 0
+    finally:
+        pg_peer.drop_created()
+    data = json.loads(out.read_text(encoding="utf-8"))
+    rows = {
+        (name, p["key"], r["label"]): r
+        for name, sc in data["scenarios"].items()
+        for p in sc["params"]
+        for r in p["rows"]
+    }
+    linear = rows["linear", "state=200", "benchmarks.peers.postgres:fsync"]
+    assert linear["status"] == "ok", linear.get("reason")
+    assert linear["reference"] == "ckptlog-fsync"
+    batched = rows["instances", "n=1000", "benchmarks.peers.postgres:fsync_batched · save_instance"]
+    assert batched["status"] == "ok", batched.get("reason")
+    assert batched["reference"] == "ckptlog-fsync · save_instance"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
+        ).fetchall()
+    assert left == []
