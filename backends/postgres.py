@@ -81,6 +81,7 @@ IDLE_READERS_MAX = 4  # pooled read connections kept open between reads
 CHUNK_FIRST = 64
 CHUNK_MAX = 4096
 RESOLVE_ATTEMPTS = 6  # reconnections tried to learn an ambiguous commit's fate
+OPEN_ATTEMPTS = 5  # opens tried when the connection drops while checking the schema
 RETRY_SLEEP_S = 0.05  # first backoff between write attempts; doubles, capped at 1 s
 _GRAVEYARD: list[Any] = []  # a forked child's inherited connections: never used, never finished
 
@@ -119,7 +120,7 @@ def _lock_key(schema: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _lost(e: BaseException) -> bool:
+def _lost(e: BaseException | None) -> bool:
     """The connection failed (closed, reset, server gone), as opposed to a statement error."""
     return isinstance(e, psycopg.OperationalError) and not isinstance(
         e, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
@@ -210,9 +211,12 @@ def _ddl(schema: str, table: str) -> list[sql.Composed]:
 class _PgRead(ReadTxn):
     _what = "reading"
 
-    def __init__(self, conn: psycopg.Connection[Any], owner: PostgresBackend) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], owner: PostgresBackend, scope: _ReadScope | None = None
+    ) -> None:
         self._conn = conn
         self._owner = owner
+        self.scope = scope
 
     def _sql(self, table: str) -> _Sql | None:
         try:
@@ -226,11 +230,19 @@ class _PgRead(ReadTxn):
     def _q(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
             cur = self._conn.execute(query, params, binary=True)
-            return cur.fetchall()
+            rows = cur.fetchall()
         except psycopg.Error as e:
             if self._what == "writing":
                 raise self._owner._failed(e, self._what) from e
-            raise _storage_error(e, f"reading {self._owner.location!r}") from e
+            if not (self.scope is not None and self.scope.fresh and _lost(e)):
+                raise _storage_error(e, f"reading {self._owner.location!r}") from e
+            # Lost before this transaction returned anything: a new one, begun now, is as good.
+            log.warning("%s: read connection lost (%s); reading again", self._owner.location, e)
+            self._conn = self.scope.begin_again()
+            rows = self._q(query, params)
+        if self.scope is not None:
+            self.scope.fresh = False
+        return rows
 
     def _readable(self, table: str) -> _Sql | None:
         s = self._sql(table)
@@ -532,13 +544,24 @@ class PostgresBackend(Backend):
         self.commits = 0
         self._reset_connections()
         self._present: set[str] = set()
-        conn = self._connect()
-        try:
-            self._open_schema(conn, marker_table)
-        except BaseException:
-            conn.close()
-            raise
-        self._idle.append(conn)
+        delay = RETRY_SLEEP_S
+        for attempt in range(OPEN_ATTEMPTS):
+            conn = self._connect()
+            try:
+                self._open_schema(conn, marker_table)
+            except StorageError as e:
+                conn.close()
+                if not _lost(e.__cause__) or attempt == OPEN_ATTEMPTS - 1:
+                    raise
+                log.warning("%s: opening failed transiently (%s); retrying", self.location, e)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            self._idle.append(conn)
+            break
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -584,7 +607,7 @@ class PostgresBackend(Backend):
                 conn.execute(self._sync_setting)
             except psycopg.Error as e:
                 conn.close()
-                raise _storage_error(e, f"connecting to {self.location!r}") from e
+                raise self._failed(e, "connecting") from e  # lost again: retried
             self._wconn = conn
         return conn
 
@@ -828,31 +851,50 @@ class PostgresBackend(Backend):
         return n
 
 
+_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+
+
 class _ReadScope:
-    __slots__ = ("conn", "owner")
+    """``with backend.read() as txn``. While the transaction has returned nothing (``fresh``),
+    a connection the server dropped is replaced once by a new transaction: nothing was
+    observed of the old snapshot, so the caller cannot tell."""
+
+    __slots__ = ("conn", "fresh", "owner")
 
     def __init__(self, owner: PostgresBackend) -> None:
         self.owner = owner
         self.conn: psycopg.Connection[Any] | None = None
+        self.fresh = True
 
     def __enter__(self) -> ReadTxn:
         owner = self.owner
         conn = owner._reader()
         try:
             # SELECT 1 pins the snapshot now (REPEATABLE READ takes it at the first statement).
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1")
+            conn.execute(_BEGIN_READ)
         except psycopg.Error as e:
             conn.close()
             if not _lost(e):
                 raise _storage_error(e, f"reading {owner.location!r}") from e
-            conn = owner._connect()  # an idle pooled connection the server dropped: once more
-            try:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1")
-            except psycopg.Error as e2:
-                conn.close()
-                raise _storage_error(e2, f"reading {owner.location!r}") from e2
+            self.conn = conn
+            conn = self.begin_again()  # an idle pooled connection the server dropped
         self.conn = conn
-        return _PgRead(conn, owner)
+        return _PgRead(conn, owner, self)
+
+    def begin_again(self) -> psycopg.Connection[Any]:
+        """Drop this scope's connection; a new one with a new transaction (once only)."""
+        owner = self.owner
+        if self.conn is not None:
+            self.conn.close()
+        self.fresh = False  # no second time
+        conn = owner._connect()
+        try:
+            conn.execute(_BEGIN_READ)
+        except psycopg.Error as e:
+            conn.close()
+            raise _storage_error(e, f"reading {owner.location!r}") from e
+        self.conn = conn
+        return conn
 
     def __exit__(self, *exc: object) -> None:
         conn = self.conn

@@ -9,7 +9,8 @@ with its own connections, as a worker on another host would be) and interleaves:
 - ``save_instance`` of every instance ``i`` of the shared invocation ``shared``'s fan-out ``f``
   (``INSTANCES`` in all) with ``i % WORKERS == W``, batched by ``FLUSH_EVERY``;
 
-then flushes and closes. It prints ``ack own-W N`` after save ``N`` returned, ``flushed K``
+then flushes and closes. It prints ``ack own-W N`` after save ``N`` returned, ``inst I`` after
+``save_instance`` of instance ``I`` returned when it is durable (``FLUSH_EVERY`` 0), ``flushed K``
 after a flush that covered its first ``K`` instances returned, and finally ``elapsed SECONDS``,
 ``commits N`` and ``lockwait SECONDS`` (time spent beginning write transactions: the wait
 for the writers' lock).
@@ -44,6 +45,8 @@ def main() -> int:
         n = 0
         for k, i in enumerate(mine):
             cl.save_instance("shared", "f", i, done({"w": w, "i": i}), namespace=NS)
+            if flush_every <= 0:
+                emit(f"inst {i}")  # durable: acknowledged
             if k % every == 0 and n < saves:
                 n += 1
                 cl.save(own, make_record(own, at=float(n)))

@@ -216,3 +216,133 @@ def test_bench_harness_runs_the_postgres_peer_and_drops_its_schemas(
             "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
         ).fetchall()
     assert left == []
+
+
+def test_killed_workers_and_cut_connections_lose_no_acknowledged_save(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """Four workers save durably while two are SIGKILLed at seeded random moments and the
+    server cuts random ckptlog connections (``pg_terminate_backend``) throughout: every
+    acknowledged save is there exactly once, the log verifies, and the job resumes (the
+    unfinished workers' shares, run again, complete the fan-out). Writes ride out the cuts
+    (retried, or resolved by transaction id when the COMMIT was cut)."""
+    import random  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    import psycopg  # noqa: PLC0415
+
+    rng = random.Random(1808)
+    workers, saves, instances = 4, 20, 600
+    url = pg_schemas.url(tmp_path)
+    schema = url.split("schema=")[1]
+    cl = CheckpointLog.open(url)
+    cl.save("shared", make_record("shared", fan_outs=[fan_out("f", [NOT_STARTED] * instances)]))
+    cl.close()
+
+    def spawn(w: int, own_saves: int) -> subprocess.Popen[str]:
+        args = [url, str(w), str(workers), str(own_saves), str(instances), "0"]
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), *args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    stop = threading.Event()
+    cuts: list[int] = []
+
+    def cutter() -> None:  # the network between a worker and the server fails, now and then
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            while not stop.wait(rng.uniform(0.05, 0.2)):
+                row = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'ckptlog' AND datname = current_database() "
+                    "AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1"
+                ).fetchone()
+                if row is not None and row[0]:
+                    cuts.append(1)
+
+    procs = [spawn(w, saves) for w in range(workers)]
+    # Workers 1 and 3 are killed after a seeded random number of acknowledgements.
+    kill_after = {1: rng.randrange(5, 120), 3: rng.randrange(5, 120)}
+    lines: dict[int, list[str]] = {w: [] for w in range(workers)}
+    killed: list[int] = []
+
+    def follow(w: int) -> None:
+        stdout = procs[w].stdout
+        assert stdout is not None
+        for line in stdout:
+            lines[w].append(line.strip())
+            if len(lines[w]) == kill_after.get(w):
+                procs[w].send_signal(signal.SIGKILL)
+                killed.append(w)
+
+    followers = [threading.Thread(target=follow, args=(w,)) for w in range(workers)]
+    th = threading.Thread(target=cutter)
+    th.start()
+    for f in followers:
+        f.start()
+    try:
+        for f in followers:
+            f.join(WORKER_WAIT_S)
+        errs = [p.communicate(timeout=WORKER_WAIT_S)[1] for p in procs]
+    finally:
+        stop.set()
+        th.join()
+    assert cuts, "no connection was cut: the test did not test that"
+    outs = [("\n".join(lines[w]), errs[w]) for w in range(workers)]
+    acked_inst: set[int] = set()
+    acked_own: dict[int, int] = {}
+    # A worker not killed either finished or stopped on a cut it could not ride out (a read
+    # outside a write transaction says StorageError: try again); either way its job resumes.
+    # (Workers 1 and 3 print more lines than their kill counts, so they end killed unless
+    # such a cut stopped them first.)
+    unfinished = list(killed)
+    for w, (p, (out, err)) in enumerate(zip(procs, outs, strict=True)):
+        if w in killed:
+            assert p.returncode == -signal.SIGKILL, err
+        elif p.returncode != 0:
+            assert p.returncode == 1, err
+            assert "StorageError" in err, err
+            assert "PostgreSQL" in err, err
+            unfinished.append(w)
+        for line in out.splitlines():
+            kind, _, val = line.partition(" ")
+            if kind == "inst":
+                acked_inst.add(int(val))
+            elif kind == "ack":
+                acked_own[w] = int(val.split()[1])
+    check = CheckpointLog.open(url, readonly=True)
+    try:
+        report = check.verify()
+        assert report.ok, str(report)
+        shared = check.load("shared")
+        assert shared is not None
+        got = shared.fan_out_progress[0].instances
+        for i in acked_inst:
+            assert got[i] == done({"w": i % workers, "i": i}), i
+        for w in range(workers):
+            ats = [e.record.last_saved_at for e in check.history(f"own-{w}")]
+            n = acked_own.get(w, 0)
+            # Each acknowledged save once, in order; at most one more (committed, then killed).
+            assert ats == [float(k + 1) for k in range(len(ats))]
+            assert n <= len(ats) <= n + (1 if w in unfinished else 0)
+    finally:
+        check.close()
+    # The job resumes: the unfinished workers' shares run again (no own saves) and complete it.
+    again = [spawn(w, 0) for w in unfinished]
+    for p in again:
+        _, err = p.communicate(timeout=WORKER_WAIT_S)
+        assert p.returncode == 0, err
+    final = CheckpointLog.open(url, readonly=True)
+    try:
+        assert final.verify().ok
+        head = final.load("shared")
+        assert head is not None
+        assert head.fan_out_progress[0].instances == tuple(
+            done({"w": i % workers, "i": i}) for i in range(instances)
+        )
+    finally:
+        final.close()
+    assert schema
