@@ -15,10 +15,14 @@ Invariants:
   as LMDB's writer lock serializes them on one host, and the write runs at READ COMMITTED: each
   statement after the lock sees every earlier commit (REPEATABLE READ would have fixed its
   snapshot before waiting for the lock). Commit order is therefore visibility order: a reader
-  that sees a commit sees every commit before it (no gap seen and then filled).
+  that sees a commit sees every commit before it (no gap seen and then filled). Inside the
+  transaction psycopg's pipeline mode queues writes: they go to the server with the next read
+  or the COMMIT (an error one meets is raised there; the transaction is then rolled back).
 - A read transaction is ``REPEATABLE READ READ ONLY`` on a pooled connection, its snapshot
   pinned when it begins. Reads stream in keyset chunks (64, 256, ... rows): no server-side
-  cursor, so an abandoned iterator costs nothing.
+  cursor, so an abandoned iterator costs nothing. A read whose connection is lost before the
+  transaction returned anything begins again once on a new connection; later, it raises
+  :class:`StorageError` (the caller reads again).
 - ``"fsync"`` sets ``synchronous_commit = on``: a commit returns once its WAL is flushed on the
   server, so it survives a killed client, a crashed server and a power loss of the server
   (given honest disks and ``fsync = on`` there). ``"process"`` sets ``synchronous_commit = off``:
@@ -27,7 +31,8 @@ Invariants:
   (up to 3 x ``wal_writer_delay``, 600 ms by default), never a partial one and never an earlier
   one while keeping a later one. :meth:`PostgresBackend.sync` flushes them.
 - A write whose connection fails before COMMIT was rolled back by the server: it raises
-  :class:`RetryableWrite` (``run_write`` retries it, bounded, with backoff, logged). A connection
+  :class:`RetryableWrite` (``run_write`` retries it, bounded, with backoff, logged); so does a
+  write that cannot set up its connection. Opening retries the schema check likewise. A connection
   lost *during* COMMIT is ambiguous: the backend reconnects and asks the server for the
   transaction's fate by its id (``txid_status``, the id taken in the same transaction): committed
   is success, aborted is retried, and if it cannot find out it raises
