@@ -234,6 +234,40 @@ class _Item:
     saves: int = 1  # buffered calls this item carries (more than one once joined: a batch)
 
 
+def open_backend(
+    location: str | os.PathLike[str],
+    *,
+    tables: Iterable[str],
+    durability: Durability | str = "fsync",
+    readonly: bool = False,
+    map_size_max: int | None = None,
+    map_size_initial: int | None = None,
+) -> Backend:
+    """The backend of a log at ``location``: a ``postgresql://host/db?schema=NAME`` URL
+    (``backends.postgres``; the map sizes do not apply) or an LMDB directory."""
+    if isinstance(location, str) and location.split("://", 1)[0] in ("postgresql", "postgres"):
+        from backends.postgres import PostgresBackend  # noqa: PLC0415 - psycopg optional
+
+        return PostgresBackend(
+            location, tables=tables, durability=durability, readonly=readonly, marker_table=META
+        )
+    from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
+        MAP_SIZE_INITIAL,
+        MAP_SIZE_MAX,
+        LmdbBackend,
+    )
+
+    return LmdbBackend(
+        location,
+        tables=tables,
+        durability=durability,
+        readonly=readonly,
+        map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
+        map_size_max=map_size_max or MAP_SIZE_MAX,
+        marker_table=META,
+    )
+
+
 def _u64(n: int) -> bytes:
     return U64.pack(n)
 
@@ -320,33 +354,14 @@ class EventLog:
         """Open (or create) the log stored in directory ``path`` on the LMDB backend, or, when
         ``path`` is a ``postgresql://host/db?schema=NAME`` URL, in that schema of a PostgreSQL
         database (``backends.postgres``; the map sizes do not apply there)."""
-        backend: Backend
-        if isinstance(path, str) and path.split("://", 1)[0] in ("postgresql", "postgres"):
-            from backends.postgres import PostgresBackend  # noqa: PLC0415 - psycopg optional
-
-            backend = PostgresBackend(
-                path,
-                tables=(*CORE_TABLES, *extra_tables),
-                durability=durability,
-                readonly=readonly,
-                marker_table=META,
-            )
-        else:
-            from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
-                MAP_SIZE_INITIAL,
-                MAP_SIZE_MAX,
-                LmdbBackend,
-            )
-
-            backend = LmdbBackend(
-                path,
-                tables=(*CORE_TABLES, *extra_tables),
-                durability=durability,
-                readonly=readonly,
-                map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
-                map_size_max=map_size_max or MAP_SIZE_MAX,
-                marker_table=META,
-            )
+        backend = open_backend(
+            path,
+            tables=(*CORE_TABLES, *extra_tables),
+            durability=durability,
+            readonly=readonly,
+            map_size_max=map_size_max,
+            map_size_initial=map_size_initial,
+        )
         try:
             return cls(backend, **options)
         except BaseException:

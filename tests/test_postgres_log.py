@@ -346,3 +346,57 @@ def test_killed_workers_and_cut_connections_lose_no_acknowledged_save(
     finally:
         final.close()
     assert schema
+
+
+def _rows(location: str) -> dict[str, list[tuple[bytes, bytes]]]:
+    from eventlog.copylog import COPY_TABLES  # noqa: PLC0415
+    from eventlog.log import open_backend  # noqa: PLC0415
+
+    backend = open_backend(location, tables=COPY_TABLES, readonly=True)
+    try:
+        with backend.read() as txn:
+            return {t: list(txn.scan(t)) for t in COPY_TABLES}
+    finally:
+        backend.close()
+
+
+def test_copy_between_lmdb_and_postgres_keeps_every_byte(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    from eventlog.copylog import copy_log  # noqa: PLC0415
+    from eventlog.records import FanOutInternalSaveBatching  # noqa: PLC0415
+
+    src = str(tmp_path / "local")
+    cl = CheckpointLog.open(src, batching=FanOutInternalSaveBatching(flush_every=4))
+    try:
+        cl.save("job", make_record("job", fan_outs=[fan_out("f", [NOT_STARTED] * 50)]))
+        for i in range(50):
+            cl.save_instance("job", "f", i, done({"i": i}), namespace=NS)
+        for k in range(30):
+            cl.save("other", make_record("other", at=float(k + 1)))
+        cl.delete("other")
+    finally:
+        cl.close()
+    central = pg_schemas.url(tmp_path / "central")
+    back = str(tmp_path / "back")
+
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["copy", src, central], out=out, err=err, isolate=False) == 0, err.getvalue()
+    assert out.getvalue().count(": OK") == 2  # verify passes on both ends
+    report = copy_log(central, back, chunk_rows=7)  # chunks smaller than a table
+    assert report.rows["log"] == len(_rows(src)["log"])
+    assert _rows(src) == _rows(central) == _rows(back)  # every row, byte for byte
+    for where in (central, back):
+        got = CheckpointLog.open(where, readonly=True)
+        try:
+            assert got.verify().ok
+            head = got.load("job")
+            assert head is not None
+            assert head.fan_out_progress[0].instances == tuple(done({"i": i}) for i in range(50))
+        finally:
+            got.close()
+    # A copy never merges: a destination that holds a log is refused and left unchanged.
+    code = cli.main(["copy", src, central], out=io.StringIO(), err=(err := io.StringIO()))
+    assert code == 2
+    assert "already holds a log" in err.getvalue()
+    assert _rows(central) == _rows(src)
