@@ -684,16 +684,16 @@ class PostgresBackend(Backend):
             self._check_foreign(found or {}, marker)
             missing = [t for t in self._tables if t not in (found or {})]
             if missing and not self.readonly:
+                # One round trip. Not flushed at its commit: the first durable write flushes
+                # the WAL up to and past it.
+                statements = [
+                    sql.SQL("SET LOCAL synchronous_commit = off"),
+                    sql.SQL(f"SELECT pg_advisory_xact_lock({self._key})"),
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)),
+                    *(stmt for t in missing for stmt in _ddl(self.schema, t)),
+                ]
                 with conn.transaction():
-                    conn.execute(f"SELECT pg_advisory_xact_lock({self._key})")
-                    conn.execute(
-                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                            sql.Identifier(self.schema)
-                        )
-                    )
-                    for t in missing:
-                        for stmt in _ddl(self.schema, t):
-                            conn.execute(stmt)
+                    conn.execute(sql.SQL("; ").join(statements).as_string(conn))
                 found = self._existing(conn)
                 self._check_foreign(found or {}, marker)
         except psycopg.Error as e:
@@ -702,21 +702,20 @@ class PostgresBackend(Backend):
 
     def _existing(self, conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, str]]] | None:
         """Tables of the schema with their (column, type) pairs; ``None``: no such schema."""
-        row = conn.execute(
-            "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
-        ).fetchone()
-        if row is None:
-            return None
         rows = conn.execute(
             "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "FROM pg_namespace n LEFT JOIN pg_class c ON c.relnamespace = n.oid "
+            "AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
             "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
-            "AND NOT a.attisdropped WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')"
-            " ORDER BY c.relname, a.attnum",
+            "AND NOT a.attisdropped WHERE n.nspname = %s ORDER BY c.relname, a.attnum",
             (self.schema,),
         ).fetchall()
+        if not rows:
+            return None  # no such schema
         tables: dict[str, list[tuple[str, str]]] = {}
         for name, col, typ in rows:
+            if name is None:
+                continue  # the schema holds no table
             tables.setdefault(name, [])
             if col is not None:
                 tables[name].append((col, typ))
