@@ -133,3 +133,36 @@ def test_a_connection_killed_mid_transaction_is_retried(
     finally:
         killer.close()
         backend.close()
+
+
+def test_a_forked_child_uses_connections_of_its_own(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    """The child writes through new connections; the parent's, which share nothing with the
+    child's, keep working afterwards (the child never used or closed them)."""
+    import os  # noqa: PLC0415
+
+    backend = PostgresBackend(pg_schemas.url(tmp_path), tables=TABLES)
+    try:
+        backend.run_write(lambda txn: txn.put("a", b"parent", b"1"))
+        with backend.read() as r:
+            assert r.get("a", b"parent") == b"1"
+        assert backend._wconn is not None
+        parent_server_pid = backend._wconn.info.backend_pid
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            code = 1
+            try:
+                backend.run_write(lambda txn: txn.put("a", b"child", b"2"))
+                with backend.read() as r:
+                    code = 0 if r.get("a", b"parent") == b"1" else 3
+                wconn = backend._wconn
+                if wconn is None or wconn.info.backend_pid == parent_server_pid:
+                    code = 4  # the child wrote through the parent's session
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        backend.run_write(lambda txn: txn.put("a", b"parent", b"after"))
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"child", b"2"), (b"parent", b"after")]
+    finally:
+        backend.close()
