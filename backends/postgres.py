@@ -378,10 +378,13 @@ class _PgWrite(_PgRead, WriteTxn):
             if last is None or key > last:
                 self._last[table] = key
 
-    def _last_known(self, table: str) -> bytes | None:
-        if table not in self._last:
-            self._last[table] = self.last_key(table)
+    def last_key(self, table: str) -> bytes | None:
+        if table not in self._last:  # kept: only this transaction writes while it runs
+            self._last[table] = super().last_key(table)
         return self._last[table]
+
+    def _last_known(self, table: str) -> bytes | None:
+        return self.last_key(table)
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self._check_key(key)

@@ -1155,12 +1155,13 @@ class _TxnWriter:
         self.next_id: int | None = None
         self.log_rows: list[tuple[bytes, bytes]] = []
         self.index_rows: list[tuple[bytes, bytes]] = []
-        gseq = log._gseq
-        if gseq is None or txn.get(LOG, U64.pack(gseq + 1)) is not None:
-            last = txn.last_key(LOG)  # first commit, or another process appended
-            gseq = U64.unpack(last)[0] if last is not None else 0
+        # The log's end, read in this transaction (and what append_many checks against: a
+        # backend may keep it, as the PostgreSQL one does, sparing a query per commit).
+        last = txn.last_key(LOG)
+        found = U64.unpack(last)[0] if last is not None else 0
+        if log._gseq != found:  # first commit, or another process appended
             self.tails.clear()
-        self.gseq: int = gseq
+        self.gseq: int = found
 
     def stream_id(self, stream: str) -> tuple[int, bool]:
         """``(id, fresh)``: a fresh stream's id is recorded only once a frame lands."""
