@@ -47,6 +47,11 @@ class ReadTxn(abc.ABC):
     def get(self, table: str, key: bytes) -> bytes | None:
         """The value stored under ``key``, or ``None``."""
 
+    def get_many(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        """What :meth:`get` returns for each of ``keys``, in order (one round trip where the
+        backend is a server)."""
+        return [self.get(table, key) for key in keys]
+
     @abc.abstractmethod
     def scan(
         self,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from eventlog.errors import (
     BufferedLost,
     CheckpointError,
+    CommitOutcomeUnknown,
     CompactionError,
     CorruptFrame,
     DamagedRowSkipped,
@@ -75,6 +76,7 @@ __all__ = [
     "CheckpointRecord",
     "CheckpointSummary",
     "Checkpointer",
+    "CommitOutcomeUnknown",
     "CompactReport",
     "CompactionError",
     "CorruptFrame",

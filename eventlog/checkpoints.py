@@ -21,7 +21,8 @@ Invariants:
 - The head cache is touched only by the writer thread; a transaction that aborts drops the
   cache entries it touched, so the next save rebuilds them from the committed rows.
 - Before the delta is built, the head's seq is checked against the stream's tail; a head that
-  is stale (another process appended) is reloaded from the rows.
+  is stale (another process appended) is brought up to date by folding the frames appended
+  since (read in the same transaction), or reloaded from the rows when those are many.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from eventlog import forensics
 from eventlog.codec import encode_value
 from eventlog.errors import DamagedRowSkipped, InvalidRecord, InvalidStreamKey
 from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, Save, Tombstone
-from eventlog.layout import U64
+from eventlog.layout import LOG, STREAMS, U64, U64X2
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.materialized import (
     BY_CORRELATION,
@@ -112,6 +113,8 @@ class _TooBig:
 TOO_BIG: Final = _TooBig()
 
 U64_LEN = 8
+CATCH_UP_FRAMES_MIN: Final = 16  # a stale cached head folds up to this many newer frames,
+CATCH_UP_ROWS_PER_FRAME: Final = 4  # or one per this many rows a reload would read, if more
 
 
 class _HeadFrame(DeferredFrame):
@@ -426,12 +429,45 @@ class CheckpointLog:
             self._cache.pop(stream, None)
             return None, None
         head = self._cache.get(stream)
+        if head is not None and head.seq < row.seq == seq - 1:
+            head = self._catch_up(txn, stream, sid, head, row)
         if head is None or head.seq != row.seq or row.seq != seq - 1:
             loaded = read_head(txn, sid)
             assert loaded is not None
             head = loaded[0]
         self._cache.pop(stream, None)  # re-inserted (most recent) once appended
         return head, row
+
+    def _catch_up(
+        self, txn: WriteTxn, stream: str, sid: int, head: Head, row: HeadRow
+    ) -> Head | None:
+        """``head`` brought from its seq to ``row.seq`` by folding the frames another process
+        appended since (read in this transaction), when they are fewer than the rows a reload
+        would read; ``None``: reload instead (too many, or a snapshot or tombstone among them).
+
+        With several writer processes on one invocation (a shared fan-out) the cached head is
+        stale at almost every commit; reloading it costs O(instances) each time, this costs
+        O(frames appended since)."""
+        behind = row.seq - head.seq
+        if behind > max(CATCH_UP_FRAMES_MIN, load_rows(row) // CATCH_UP_ROWS_PER_FRAME):
+            return None
+        start, stop = U64X2.pack(sid, head.seq + 1), U64X2.pack(sid, row.seq + 1)
+        index = list(txn.scan(STREAMS, start, stop))
+        if len(index) != behind:
+            return None  # the index disagrees with the head row: let the reload find out
+        caught: Head | None = head
+        for (key, gkey), data in zip(index, txn.get_many(LOG, [g for _, g in index]), strict=True):
+            if data is None:
+                return None
+            frame = self.log.decode_stored(stream, U64.unpack(gkey)[0], data).frame
+            if not isinstance(frame, Save) or caught is None:
+                return None
+            caught = apply_inplace(caught, frame, U64X2.unpack(key)[1], stream)
+        if caught is not None:  # the caller's tuples it last saw no longer describe it
+            caught.pos_src = None
+            for slot in caught.slots:
+                slot.src = None
+        return caught
 
     def _cache_put(self, stream: str, head: Head) -> None:
         self._cache[stream] = head

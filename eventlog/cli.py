@@ -973,6 +973,40 @@ def cmd_compact(ctx: Ctx) -> int:
     return OK if dest_report is None or dest_report.ok else PROBLEMS
 
 
+def cmd_copy(ctx: Ctx) -> int:
+    from eventlog.copylog import copy_log  # noqa: PLC0415 - only this command needs it
+
+    a = ctx.args
+    bar = ctx.progress("copy", unit="rows")
+    try:
+        report = copy_log(a.path, a.dest, progress=bar)
+    finally:
+        bar.close()
+    reports: list[tuple[str, VerifyReport]] = []
+    if not a.no_verify:
+        for where in (a.path, a.dest):
+            with fx.open_readonly(where) as opened:
+                reports.append((where, fx.verify(opened.log)))
+    if ctx.json:
+        doc: dict[str, Any] = {"report": report}
+        doc["verify"] = [{"path": w, "ok": r.ok, "problems": r.problems} for w, r in reports]
+        ctx.out.write(to_json(doc) + "\n")
+    else:
+        table(
+            ["TABLE", "ROWS"],
+            [[name, f"{n:,}"] for name, n in report.rows.items()],
+            "lr",
+            ctx.out,
+        )
+        ctx.out.write(
+            f"copied {sum(report.rows.values()):,} rows ({report.bytes:,} bytes) in "
+            f"{report.seconds:.2f} s to {report.dest}\n"
+        )
+        for where, rep in reports:
+            print_verify(ctx, rep, label=where)
+    return OK if all(r.ok for _, r in reports) else PROBLEMS
+
+
 def cmd_bench(ctx: Ctx) -> int:
     try:
         from benchmarks.__main__ import main as bench_main  # noqa: PLC0415 - optional, lazy
@@ -1016,6 +1050,7 @@ COMMANDS: dict[str, tuple[Callable[[Ctx], int], str]] = {
     "stats": (cmd_stats, "counts and sizes of a log"),
     "compact": (cmd_compact, "write a compacted copy of a log to a new log"),
     "serve": (cmd_serve, "a read-only web viewer of a log on http://127.0.0.1:8765/"),
+    "copy": (cmd_copy, "copy a log byte for byte to another engine (LMDB <-> PostgreSQL)"),
     "bench": (cmd_bench, "run the benchmarks (python -m benchmarks ARGS)"),
 }
 
@@ -1032,7 +1067,11 @@ def build_parser() -> Parser:  # noqa: PLR0915 - one statement per option, read 
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     common = Parser(add_help=False)
-    common.add_argument("path", metavar="PATH", help="the log directory (holding data.mdb)")
+    common.add_argument(
+        "path",
+        metavar="PATH",
+        help="the log directory (holding data.mdb) or a postgresql://host/db?schema=NAME URL",
+    )
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
     common.add_argument(
         "--color",
@@ -1120,6 +1159,12 @@ def build_parser() -> Parser:  # noqa: PLR0915 - one statement per option, read 
     from eventlog import serve  # noqa: PLC0415 - stdlib only; its page loads when served
 
     serve.add_arguments(add("serve"))
+
+    p = add("copy")
+    p.add_argument(
+        "dest", metavar="DEST", help="a new log directory or postgresql://...?schema= URL"
+    )
+    p.add_argument("--no-verify", action="store_true", help="skip verifying both ends")
 
     b = sub.add_parser(
         "bench",

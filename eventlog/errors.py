@@ -92,6 +92,13 @@ class LogReplaced(StorageError):
     would go to a file no other process sees, so it is refused; reopen the log."""
 
 
+class CommitOutcomeUnknown(StorageError):
+    """The connection to the database failed during COMMIT and the backend could not learn
+    whether the transaction committed: the saves it carried may or may not be in the log. The
+    backend refuses further writes (a retry could save twice); reopen the log and read what
+    landed."""
+
+
 class ReadOnlyLog(CheckpointError, PermissionError):
     """A write was attempted on a log opened read-only."""
 

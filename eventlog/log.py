@@ -179,6 +179,40 @@ class _Item:
     saves: int = 1  # buffered calls this item carries (more than one once joined: a batch)
 
 
+def open_backend(
+    location: str | os.PathLike[str],
+    *,
+    tables: Iterable[str],
+    durability: Durability | str = "fsync",
+    readonly: bool = False,
+    map_size_max: int | None = None,
+    map_size_initial: int | None = None,
+) -> Backend:
+    """The backend of a log at ``location``: a ``postgresql://host/db?schema=NAME`` URL
+    (``backends.postgres``; the map sizes do not apply) or an LMDB directory."""
+    if isinstance(location, str) and location.split("://", 1)[0] in ("postgresql", "postgres"):
+        from backends.postgres import PostgresBackend  # noqa: PLC0415 - psycopg optional
+
+        return PostgresBackend(
+            location, tables=tables, durability=durability, readonly=readonly, marker_table=META
+        )
+    from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
+        MAP_SIZE_INITIAL,
+        MAP_SIZE_MAX,
+        LmdbBackend,
+    )
+
+    return LmdbBackend(
+        location,
+        tables=tables,
+        durability=durability,
+        readonly=readonly,
+        map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
+        map_size_max=map_size_max or MAP_SIZE_MAX,
+        marker_table=META,
+    )
+
+
 def _u64(n: int) -> bytes:
     return U64.pack(n)
 
@@ -266,21 +300,16 @@ class EventLog:
         map_size_initial: int | None = None,
         **options: Any,
     ) -> EventLog:
-        """Open (or create) the log stored in directory ``path`` on the LMDB backend."""
-        from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
-            MAP_SIZE_INITIAL,
-            MAP_SIZE_MAX,
-            LmdbBackend,
-        )
-
-        backend = LmdbBackend(
+        """Open (or create) the log stored in directory ``path`` on the LMDB backend, or, when
+        ``path`` is a ``postgresql://host/db?schema=NAME`` URL, in that schema of a PostgreSQL
+        database (``backends.postgres``; the map sizes do not apply there)."""
+        backend = open_backend(
             path,
             tables=(*CORE_TABLES, *extra_tables),
             durability=durability,
             readonly=readonly,
-            map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
-            map_size_max=map_size_max or MAP_SIZE_MAX,
-            marker_table=META,
+            map_size_max=map_size_max,
+            map_size_initial=map_size_initial,
         )
         try:
             return cls(backend, **options)
@@ -982,10 +1011,11 @@ class EventLog:
                 if sid is None:
                     return
                 stop = U64X2.pack(sid, to_seq + 1) if to_seq is not None else _u64(sid + 1)
-                for key, gkey in txn.scan(
-                    STREAMS, U64X2.pack(sid, next_seq), stop, limit=READ_CHUNK_FRAMES
-                ):
-                    data = txn.get(LOG, gkey)
+                index = list(
+                    txn.scan(STREAMS, U64X2.pack(sid, next_seq), stop, limit=READ_CHUNK_FRAMES)
+                )
+                frames = txn.get_many(LOG, [gkey for _, gkey in index])
+                for (key, gkey), data in zip(index, frames, strict=True):
                     if data is None:
                         seq = U64X2.unpack(key)[1]
                         raise CorruptFrame(
@@ -1141,12 +1171,13 @@ class _TxnWriter:
         self.next_id: int | None = None
         self.log_rows: list[tuple[bytes, bytes]] = []
         self.index_rows: list[tuple[bytes, bytes]] = []
-        gseq = log._gseq
-        if gseq is None or txn.get(LOG, U64.pack(gseq + 1)) is not None:
-            last = txn.last_key(LOG)  # first commit, or another process appended
-            gseq = U64.unpack(last)[0] if last is not None else 0
+        # The log's end, read in this transaction (and what append_many checks against: a
+        # backend may keep it, as the PostgreSQL one does, sparing a query per commit).
+        last = txn.last_key(LOG)
+        found = U64.unpack(last)[0] if last is not None else 0
+        if log._gseq != found:  # first commit, or another process appended
             self.tails.clear()
-        self.gseq: int = gseq
+        self.gseq: int = found
 
     def stream_id(self, stream: str) -> tuple[int, bool]:
         """``(id, fresh)``: a fresh stream's id is recorded only once a frame lands."""

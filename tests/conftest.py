@@ -74,3 +74,13 @@ def open_log(log_path: Path) -> Iterator[Callable[..., EventLog]]:
     yield _open
     for log in reversed(opened):
         log.close()
+
+
+@pytest.fixture
+def pg_schemas() -> Iterator[Any]:
+    """A :class:`pg_schemas.PgSchemas`: fresh PostgreSQL schemas, each dropped after the test."""
+    from pg_schemas import PgSchemas  # noqa: PLC0415 - psycopg only for the tests that use it
+
+    schemas = PgSchemas()
+    yield schemas
+    schemas.drop_all()

@@ -61,6 +61,8 @@ def open_readonly(
     neither check nor copy.
     """
     location = os.fspath(path)
+    if location.split("://", 1)[0] in ("postgresql", "postgres"):  # a server: no file to check
+        return Opened(CheckpointLog.open(location, readonly=True, **options), [], None)
     if not Path(location).is_dir():
         raise NotALog(
             f"no ckptlog log at {location!r}: expected a directory holding {DATA_FILE}; "

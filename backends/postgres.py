@@ -1,0 +1,914 @@
+"""PostgreSQL backend (psycopg 3): the only module that imports ``psycopg``.
+
+Located by a URL, ``postgresql://[user[:password]@]host[:port]/db?schema=NAME`` (``schema``
+defaults to ``ckptlog``; every other query parameter goes to libpq). Each named table is a
+table ``schema."name" (k bytea PRIMARY KEY, v bytea NOT NULL)``.
+
+Invariants:
+- Keys order bytewise: ``bytea`` compares with ``memcmp`` then length (no collation), exactly
+  LMDB's default order (pinned by the shared contract suite). Keys are at most
+  ``POSTGRES_KEY_BYTES_MAX`` (511, LMDB's bound: a log copies between engines unchanged).
+- Every write transaction (and the one that creates the tables) runs on this process's one
+  write connection, under the in-process ``write_lock``, and takes the log's writers' lock
+  first: ``pg_advisory_xact_lock(key of the schema)``, released by PostgreSQL only after the
+  commit is visible (or the rollback). So writers of all processes and hosts are serialized,
+  as LMDB's writer lock serializes them on one host, and the write runs at READ COMMITTED: each
+  statement after the lock sees every earlier commit (REPEATABLE READ would have fixed its
+  snapshot before waiting for the lock). Commit order is therefore visibility order: a reader
+  that sees a commit sees every commit before it (no gap seen and then filled). Inside the
+  transaction psycopg's pipeline mode queues writes: they go to the server with the next read
+  or the COMMIT (an error one meets is raised there; the transaction is then rolled back).
+- A read transaction is ``REPEATABLE READ READ ONLY`` on a pooled connection, its snapshot
+  pinned when it begins. Reads stream in keyset chunks (64, 256, ... rows): no server-side
+  cursor, so an abandoned iterator costs nothing. A read whose connection is lost before the
+  transaction returned anything begins again once on a new connection; later, it raises
+  :class:`StorageError` (the caller reads again).
+- ``"fsync"`` sets ``synchronous_commit = on``: a commit returns once its WAL is flushed on the
+  server, so it survives a killed client, a crashed server and a power loss of the server
+  (given honest disks and ``fsync = on`` there). ``"process"`` sets ``synchronous_commit = off``:
+  the commit returns before the flush; it survives a killed client (the server has it) but a
+  crash of the server or its machine loses the last commits not yet flushed by the WAL writer
+  (up to 3 x ``wal_writer_delay``, 600 ms by default), never a partial one and never an earlier
+  one while keeping a later one. :meth:`PostgresBackend.sync` flushes them.
+- A write whose connection fails before COMMIT was rolled back by the server: it raises
+  :class:`RetryableWrite` (``run_write`` retries it, bounded, with backoff, logged); so does a
+  write that cannot set up its connection. Opening retries the schema check likewise. A connection
+  lost *during* COMMIT is ambiguous: the backend reconnects and asks the server for the
+  transaction's fate by its id (``txid_status``, the id taken in the same transaction): committed
+  is success, aborted is retried, and if it cannot find out it raises
+  :class:`CommitOutcomeUnknown` and refuses every later write of this backend (a retry could
+  duplicate the batch): reopen the log and read what landed.
+- After ``fork`` the child never uses the parent's connections (they share its sockets); it
+  opens its own on first use. psycopg never finishes a connection in another process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from backends.base import (
+    Backend,
+    Durability,
+    ReadTxn,
+    RetryableWrite,
+    WriteTxn,
+    check_ascending,
+    check_durability,
+    current_pid,
+    prefix_end,
+)
+from eventlog.errors import (
+    CheckpointError,
+    CommitOutcomeUnknown,
+    LogClosed,
+    NotALog,
+    ReadOnlyLog,
+    StorageError,
+)
+
+log = logging.getLogger("ckptlog.postgres")
+T = TypeVar("T")
+
+POSTGRES_KEY_BYTES_MAX = 511
+DEFAULT_SCHEMA = "ckptlog"
+URL_SCHEMES = ("postgresql", "postgres")
+IDLE_READERS_MAX = 4  # pooled read connections kept open between reads
+CHUNK_FIRST = 64
+CHUNK_MAX = 4096
+RESOLVE_ATTEMPTS = 6  # reconnections tried to learn an ambiguous commit's fate
+OPEN_ATTEMPTS = 5  # opens tried when the connection drops while checking the schema
+RETRY_SLEEP_S = 0.05  # first backoff between write attempts; doubles, capped at 1 s
+_GRAVEYARD: list[Any] = []  # a forked child's inherited connections: never used, never finished
+
+
+def is_postgres_url(location: object) -> bool:
+    return isinstance(location, str) and location.split("://", 1)[0] in URL_SCHEMES
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """``(libpq conninfo URL without the schema parameter, schema)``."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = DEFAULT_SCHEMA
+    rest = []
+    for k, v in query:
+        if k == "schema":
+            schema = v
+        else:
+            rest.append((k, v))
+    if not schema:
+        raise CheckpointError(f"{redact(url)!r}: the schema parameter is empty; name a schema")
+    return urlunsplit(parts._replace(query=urlencode(rest))), schema
+
+
+def redact(url: str) -> str:
+    """``url`` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _lock_key(schema: str) -> int:
+    digest = hashlib.blake2b(f"ckptlog writers:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _lost(e: BaseException | None) -> bool:
+    """The connection failed (closed, reset, server gone), as opposed to a statement error."""
+    return isinstance(e, psycopg.OperationalError) and not isinstance(
+        e, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
+    )
+
+
+def _transient(e: BaseException) -> bool:
+    return isinstance(
+        e, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected
+    ) or _lost(e)
+
+
+def _storage_error(e: psycopg.Error, where: str) -> StorageError:
+    if isinstance(e, psycopg.errors.DiskFull):
+        import errno  # noqa: PLC0415 - only on this path
+
+        return StorageError(errno.ENOSPC, f"{where}: the database server's disk is full ({e})")
+    return StorageError(
+        f"{where}: PostgreSQL error {type(e).__name__}: {' '.join(str(e).split())}; check that the "
+        "server is up and reachable, then try again"
+    )
+
+
+class _Sql:
+    """The statements of one table, rendered once."""
+
+    __slots__ = (
+        "append",
+        "append_many",
+        "count",
+        "delete",
+        "delete_range",
+        "get",
+        "get_many",
+        "last",
+        "put",
+        "put_many",
+        "scans",
+    )
+
+    def __init__(self, schema: str, table: str) -> None:
+        t = sql.Identifier(schema, table)
+
+        def r(q: str) -> str:
+            return sql.SQL(q).format(t=t).as_string(None)
+
+        self.get = r("SELECT v FROM {t} WHERE k = %b")
+        self.get_many = r("SELECT k, v FROM {t} WHERE k = ANY(%b::bytea[])")
+        self.last = r("SELECT k FROM {t} ORDER BY k DESC LIMIT 1")
+        self.count = r("SELECT count(*) FROM {t}")
+        self.put = r(
+            "INSERT INTO {t} (k, v) VALUES (%b, %b) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
+        )
+        self.put_many = r(
+            "INSERT INTO {t} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[]) "
+            "ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
+        )
+        self.append = r("INSERT INTO {t} (k, v) VALUES (%b, %b)")
+        self.append_many = r(
+            "INSERT INTO {t} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[])"
+        )
+        self.delete = r("DELETE FROM {t} WHERE k = %b")
+        self.delete_range = r("DELETE FROM {t} WHERE k >= %b AND (%b::bytea IS NULL OR k < %b)")
+        # (has start, has stop, reverse) -> scan statement taking (bounds..., limit)
+        self.scans: dict[tuple[bool, bool, bool], str] = {}
+        for lo in (False, True):
+            for hi in (False, True):
+                for rev in (False, True):
+                    where = [c for c, on in (("k >= %b", lo), ("k < %b", hi)) if on]
+                    cond = (" WHERE " + " AND ".join(where)) if where else ""
+                    order = "DESC" if rev else "ASC"
+                    self.scans[lo, hi, rev] = r(
+                        f"SELECT k, v FROM {{t}}{cond} ORDER BY k {order} LIMIT %b"
+                    )
+
+
+def _ddl(schema: str, table: str) -> list[sql.Composed]:
+    t = sql.Identifier(schema, table)
+    return [
+        sql.SQL("CREATE TABLE IF NOT EXISTS {t} (k bytea PRIMARY KEY, v bytea NOT NULL)").format(
+            t=t
+        ),
+        # Frames are compressed already (zstd): no second compression by TOAST.
+        sql.SQL("ALTER TABLE {t} ALTER COLUMN v SET STORAGE EXTERNAL").format(t=t),
+    ]
+
+
+class _PgRead(ReadTxn):
+    _what = "reading"
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], owner: PostgresBackend, scope: _ReadScope | None = None
+    ) -> None:
+        self._conn = conn
+        self._owner = owner
+        self.scope = scope
+
+    def _sql(self, table: str) -> _Sql | None:
+        try:
+            return self._owner._sql[table]
+        except KeyError:
+            raise CheckpointError(
+                f"table {table!r} is not one of this backend's tables "
+                f"{sorted(self._owner._sql)}; declare it when opening"
+            ) from None
+
+    def _q(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        try:
+            cur = self._conn.execute(query, params, binary=True)
+            rows = cur.fetchall()
+        except psycopg.Error as e:
+            if self._what == "writing":
+                raise self._owner._failed(e, self._what) from e
+            if not (self.scope is not None and self.scope.fresh and _lost(e)):
+                raise _storage_error(e, f"reading {self._owner.location!r}") from e
+            # Lost before this transaction returned anything: a new one, begun now, is as good.
+            log.warning("%s: read connection lost (%s); reading again", self._owner.location, e)
+            self._conn = self.scope.begin_again()
+            rows = self._q(query, params)
+        if self.scope is not None:
+            self.scope.fresh = False
+        return rows
+
+    def _readable(self, table: str) -> _Sql | None:
+        s = self._sql(table)
+        return s if table in self._owner._present else None
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        s = self._readable(table)
+        if s is None or not isinstance(key, bytes) or not key:
+            return None
+        if len(key) > POSTGRES_KEY_BYTES_MAX:
+            return None
+        rows = self._q(s.get, (key,))
+        return rows[0][0] if rows else None
+
+    def get_many(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        s = self._readable(table)
+        if s is None or not keys:
+            return [None] * len(keys)
+        if len(keys) == 1:
+            return [self.get(table, keys[0])]
+        ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
+        found: dict[bytes, bytes] = dict(self._q(s.get_many, (ok,)))
+        return [found.get(k) for k in keys]
+
+    def scan(
+        self,
+        table: str,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        s = self._readable(table)
+        if s is None or (limit is not None and limit <= 0):
+            return iter(())
+        if start is not None and stop is not None and start >= stop:
+            return iter(())
+        return self._scan(s, start, stop, reverse, limit)
+
+    def _scan(
+        self, s: _Sql, start: bytes | None, stop: bytes | None, reverse: bool, limit: int | None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        chunk = CHUNK_FIRST
+        left = limit
+        while True:
+            n = chunk if left is None else min(chunk, left)
+            params = (*tuple(b for b in (start, stop) if b is not None), n)
+            rows = self._q(s.scans[start is not None, stop is not None, reverse], params)
+            yield from rows
+            if len(rows) < n:
+                return
+            if left is not None:
+                left -= n
+                if left <= 0:
+                    return
+            last = rows[-1][0]
+            if reverse:
+                stop = last
+            else:
+                start = last + b"\x00"  # the least key above ``last``
+            chunk = min(chunk * 4, CHUNK_MAX)
+
+    def prefix_rows(self, table: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        s = self._readable(table)
+        if s is None:
+            return []
+        stop = prefix_end(prefix)
+        key = (bool(prefix), stop is not None, False)
+        params = tuple(b for b in (prefix or None, stop) if b is not None)
+        query = s.scans[key].replace("LIMIT %b", "")
+        return [(k, v) for k, v in self._q(query, params)]
+
+    def last_key(self, table: str) -> bytes | None:
+        s = self._readable(table)
+        if s is None:
+            return None
+        rows = self._q(s.last)
+        return rows[0][0] if rows else None
+
+    def count(self, table: str) -> int:
+        s = self._readable(table)
+        if s is None:
+            return 0
+        n: int = self._q(s.count)[0][0]
+        return n
+
+
+class _PgWrite(_PgRead, WriteTxn):
+    _what = "writing"
+
+    def __init__(self, conn: psycopg.Connection[Any], owner: PostgresBackend) -> None:
+        super().__init__(conn, owner)
+        self._last: dict[str, bytes | None] = {}  # greatest key per table, once looked up
+
+    def _x(self, query: str, params: tuple[Any, ...]) -> None:
+        """Queue a write in the pipeline: sent with the next read or the COMMIT, no round trip
+        of its own (an error it meets is raised there)."""
+        try:
+            self._conn.execute(query, params, binary=True)
+        except psycopg.Error as e:
+            raise self._owner._failed(e, "writing") from e
+
+    def _n(self, query: str, params: tuple[Any, ...]) -> int:
+        """Run a write now and return how many rows it changed."""
+        try:
+            cur = self._conn.execute(query, params, binary=True)
+            pipeline = self._conn._pipeline
+            if pipeline is not None:
+                pipeline.sync()
+            return cur.rowcount
+        except psycopg.Error as e:
+            raise self._owner._failed(e, "writing") from e
+
+    @staticmethod
+    def _check_key(key: bytes) -> None:
+        if not isinstance(key, bytes) or not key:
+            raise CheckpointError(f"backend keys must be non-empty bytes, got {key!r}")
+        if len(key) > POSTGRES_KEY_BYTES_MAX:
+            raise CheckpointError(
+                f"key of {len(key)} bytes exceeds the PostgreSQL backend's limit of "
+                f"{POSTGRES_KEY_BYTES_MAX} bytes"
+            )
+
+    def _saw(self, table: str, key: bytes) -> None:
+        if table in self._last:
+            last = self._last[table]
+            if last is None or key > last:
+                self._last[table] = key
+
+    def last_key(self, table: str) -> bytes | None:
+        if table not in self._last:  # kept: only this transaction writes while it runs
+            self._last[table] = super().last_key(table)
+        return self._last[table]
+
+    def _last_known(self, table: str) -> bytes | None:
+        return self.last_key(table)
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        self._check_key(key)
+        s = self._sql(table)
+        assert s is not None
+        self._x(s.put, (key, bytes(value)))
+        self._saw(table, key)
+
+    def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        if len(pairs) < 2:
+            for k, v in pairs:
+                self.put(table, k, v)
+            return
+        for k, _ in pairs:
+            self._check_key(k)
+        s = self._sql(table)
+        assert s is not None
+        last_wins = dict(pairs)  # one INSERT may not change a row twice
+        self._x(s.put_many, (list(last_wins), [bytes(v) for v in last_wins.values()]))
+        for k in last_wins:
+            self._saw(table, k)
+
+    def delete(self, table: str, key: bytes) -> bool:
+        s = self._sql(table)
+        assert s is not None
+        if not isinstance(key, bytes) or not key or len(key) > POSTGRES_KEY_BYTES_MAX:
+            return False
+        gone = self._n(s.delete, (key,)) > 0
+        if gone and self._last.get(table) == key:
+            del self._last[table]
+        return gone
+
+    def delete_prefix(self, table: str, prefix: bytes) -> int:
+        s = self._sql(table)
+        assert s is not None
+        stop = prefix_end(prefix)
+        n = self._n(s.delete_range, (prefix, stop, stop))
+        if n:
+            self._last.pop(table, None)
+        return n
+
+    def append(self, table: str, key: bytes, value: bytes) -> None:
+        self._check_key(key)
+        check_ascending(table, self._last_known(table), [(key, b"")])
+        s = self._sql(table)
+        assert s is not None
+        self._x(s.append, (key, bytes(value)))
+        self._last[table] = key
+
+    def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        if not pairs:
+            return
+        for k, _ in pairs:
+            self._check_key(k)
+        check_ascending(table, self._last_known(table), pairs)
+        s = self._sql(table)
+        assert s is not None
+        if len(pairs) == 1:
+            self._x(s.append, (pairs[0][0], bytes(pairs[0][1])))
+        else:
+            self._x(s.append_many, ([k for k, _ in pairs], [bytes(v) for _, v in pairs]))
+        self._last[table] = pairs[-1][0]
+
+
+class _WriteScope:
+    """``with backend.write() as txn``: the writers' lock, the transaction, its commit."""
+
+    __slots__ = ("owner", "pipeline", "xid")
+
+    def __init__(self, owner: PostgresBackend) -> None:
+        self.owner = owner
+        self.xid = 0
+        self.pipeline: Any = None
+
+    def __enter__(self) -> WriteTxn:
+        owner = self.owner
+        owner._write_lock.acquire()
+        try:
+            owner._refuse_after_unknown()
+            conn = owner._writer()
+            try:
+                began = time.perf_counter()
+                cur = conn.execute(owner._begin_write)
+                cur.nextset()
+                row = cur.fetchone()
+                owner.lock_wait_s += time.perf_counter() - began
+            except psycopg.Error as e:
+                owner._drop_writer()
+                raise owner._failed(e, "beginning a write") from e
+            assert row is not None
+            self.xid = int(row[1])
+            # Pipeline mode: writes are queued and go out with the next read or the COMMIT.
+            self.pipeline = conn.pipeline()
+            self.pipeline.__enter__()
+            return _PgWrite(conn, owner)
+        except BaseException:
+            owner._write_lock.release()
+            raise
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        owner = self.owner
+        try:
+            conn = owner._wconn
+            pipeline, self.pipeline = self.pipeline, None
+            if exc is not None:
+                if conn is not None and not conn.closed:
+                    try:
+                        if pipeline is not None:
+                            with contextlib.suppress(psycopg.Error):
+                                pipeline.__exit__(None, None, None)  # what was queued fails
+                        conn.execute("ROLLBACK")
+                    except psycopg.Error:
+                        owner._drop_writer()  # the server rolls back a lost session
+                return
+            assert conn is not None
+            try:
+                conn.execute("COMMIT")
+                if pipeline is not None:
+                    pipeline.__exit__(None, None, None)  # sends the queued writes and COMMIT
+                owner.commits += 1
+            except psycopg.Error as e:
+                if not _lost(e):
+                    owner._drop_writer()
+                    raise owner._failed(e, "committing") from e
+                owner._drop_writer()
+                owner._resolve(self.xid, e)  # returns when it committed
+        finally:
+            owner._write_lock.release()
+
+
+class PostgresBackend(Backend):
+    """Named tables in one schema of a PostgreSQL database."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        tables: Iterable[str],
+        durability: Durability | str = "fsync",
+        readonly: bool = False,
+        marker_table: str | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.durability = check_durability(durability)
+        self.readonly = readonly
+        self._url = url
+        self._conninfo, self.schema = split_url(url)
+        self._connect_timeout = connect_timeout
+        self._tables = tuple(dict.fromkeys(tables))
+        self._sql = {t: _Sql(self.schema, t) for t in self._tables}
+        self._key = _lock_key(self.schema)
+        self._sync_setting = (
+            f"SET synchronous_commit = {'on' if self.durability == 'fsync' else 'off'}"
+        )
+        # One round trip: begin, wait for the writers' lock, take the transaction id.
+        self._begin_write = (
+            "BEGIN ISOLATION LEVEL READ COMMITTED; "
+            f"SELECT pg_advisory_xact_lock({self._key}), txid_current()"
+        )
+        self._closed = False
+        self._unknown: CommitOutcomeUnknown | None = None
+        # Seconds spent beginning write transactions (mostly waiting for the writers' lock)
+        # and commits made: what the scaling benchmark reports.
+        self.lock_wait_s = 0.0
+        self.commits = 0
+        self._reset_connections()
+        self._present: set[str] = set()
+        delay = RETRY_SLEEP_S
+        for attempt in range(OPEN_ATTEMPTS):
+            conn = self._connect()
+            try:
+                self._open_schema(conn, marker_table)
+            except StorageError as e:
+                conn.close()
+                if not _lost(e.__cause__) or attempt == OPEN_ATTEMPTS - 1:
+                    raise
+                log.warning("%s: opening failed transiently (%s); retrying", self.location, e)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            self._idle.append(conn)
+            break
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _reset_connections(self) -> None:
+        self._pid = current_pid()
+        self._write_lock = threading.Lock()
+        self._pool_lock = threading.Lock()
+        self._wconn: psycopg.Connection[Any] | None = None
+        self._idle: list[psycopg.Connection[Any]] = []
+
+    def _check(self) -> None:
+        if self._closed:
+            raise LogClosed(f"the PostgreSQL backend at {self.location!r} is closed; open it again")
+        if self._pid != current_pid():  # forked: the parent's sockets are not ours
+            _GRAVEYARD.extend([self._wconn, *self._idle])
+            self._reset_connections()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=max(1, round(self._connect_timeout)),
+                application_name="ckptlog",
+            )
+        except psycopg.OperationalError as e:
+            text = " ".join(str(e).split())
+            if "password authentication failed" in text or "no password supplied" in text:
+                hint = "check the user and password in the URL"
+            elif "does not exist" in text:
+                hint = "create the database first, or fix its name in the URL"
+            else:
+                hint = "check that PostgreSQL is running and reachable at that address"
+            raise StorageError(
+                f"cannot connect to PostgreSQL at {self.location!r}: {text}; {hint}"
+            ) from e
+
+    def _writer(self) -> psycopg.Connection[Any]:
+        conn = self._wconn
+        if conn is None or conn.closed or conn.broken:
+            conn = self._connect()
+            try:
+                conn.execute(self._sync_setting)
+            except psycopg.Error as e:
+                conn.close()
+                raise self._failed(e, "connecting") from e  # lost again: retried
+            self._wconn = conn
+        return conn
+
+    def _drop_writer(self) -> None:
+        conn, self._wconn = self._wconn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    def _failed(self, e: psycopg.Error, what: str) -> CheckpointError:
+        if _transient(e):
+            log.warning("%s %s failed transiently: %s", self.location, what, e)
+            return RetryableWrite(
+                f"{what} at {self.location!r} failed transiently "
+                f"({type(e).__name__}: {str(e).strip()}); the transaction was rolled back"
+            )
+        if isinstance(e, psycopg.errors.InsufficientPrivilege):
+            return ReadOnlyLog(f"{what} at {self.location!r}: {str(e).strip()}")
+        return _storage_error(e, f"{what} at {self.location!r}")
+
+    def _resolve(self, xid: int, cause: BaseException) -> None:
+        """The connection failed during COMMIT of transaction ``xid``: learn its fate."""
+        delay = RETRY_SLEEP_S
+        status: str | None = "unknown"
+        for attempt in range(RESOLVE_ATTEMPTS):
+            try:
+                with self._connect() as conn:
+                    row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
+                status = None if row is None else row[0]
+            except (psycopg.Error, StorageError) as e:
+                log.warning(
+                    "%s: resolving commit %d, attempt %d: %s", self.location, xid, attempt, e
+                )
+                status = "unknown"
+            if status == "committed":
+                log.warning("%s: commit of %d was cut off but had committed", self.location, xid)
+                return
+            if status == "aborted":
+                log.warning("%s: commit of %d was cut off and rolled back", self.location, xid)
+                raise RetryableWrite(
+                    f"the connection to {self.location!r} failed during COMMIT and the server "
+                    f"rolled transaction {xid} back; run it again"
+                ) from cause
+            time.sleep(delay)  # "in progress": the server has not noticed yet; or unreachable
+            delay = min(delay * 2, 1.0)
+        self._unknown = CommitOutcomeUnknown(
+            f"the connection to {self.location!r} failed during COMMIT of transaction {xid} "
+            f"and its outcome could not be learned (last status: {status}); it may or may not "
+            "have committed, so this log refuses further writes (a retry could save twice): "
+            "reopen the log, read the streams' last seqs to see what landed, then save again"
+        )
+        raise self._unknown from cause
+
+    def _refuse_after_unknown(self) -> None:
+        if self._unknown is not None:
+            raise CommitOutcomeUnknown(str(self._unknown))
+
+    # -- schema --------------------------------------------------------------------------------
+
+    def _open_schema(self, conn: psycopg.Connection[Any], marker: str | None) -> None:
+        where = f"opening {self.location!r}"
+        try:
+            found = self._existing(conn)
+            if found is None and self.readonly:
+                raise NotALog(
+                    f"no ckptlog log at {self.location!r}: schema {self.schema!r} does not "
+                    "exist; check the URL's schema, or open it writable to create a new log"
+                )
+            self._check_foreign(found or {}, marker)
+            missing = [t for t in self._tables if t not in (found or {})]
+            if missing and not self.readonly:
+                # One round trip. Not flushed at its commit: the first durable write flushes
+                # the WAL up to and past it.
+                statements = [
+                    sql.SQL("SET LOCAL synchronous_commit = off"),
+                    sql.SQL(f"SELECT pg_advisory_xact_lock({self._key})"),
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)),
+                    *(stmt for t in missing for stmt in _ddl(self.schema, t)),
+                ]
+                with conn.transaction():
+                    conn.execute(sql.SQL("; ").join(statements).as_string(conn))
+                found = self._existing(conn)
+                self._check_foreign(found or {}, marker)
+        except psycopg.Error as e:
+            raise _storage_error(e, where) from e
+        self._present = {t for t in self._tables if t in (found or {})}
+
+    def _existing(self, conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, str]]] | None:
+        """Tables of the schema with their (column, type) pairs; ``None``: no such schema."""
+        rows = conn.execute(
+            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) "
+            "FROM pg_namespace n LEFT JOIN pg_class c ON c.relnamespace = n.oid "
+            "AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
+            "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+            "AND NOT a.attisdropped WHERE n.nspname = %s ORDER BY c.relname, a.attnum",
+            (self.schema,),
+        ).fetchall()
+        if not rows:
+            return None  # no such schema
+        tables: dict[str, list[tuple[str, str]]] = {}
+        for name, col, typ in rows:
+            if name is None:
+                continue  # the schema holds no table
+            tables.setdefault(name, [])
+            if col is not None:
+                tables[name].append((col, typ))
+        return tables
+
+    def _check_foreign(self, found: dict[str, list[tuple[str, str]]], marker: str | None) -> None:
+        want = [("k", "bytea"), ("v", "bytea")]
+        for t in self._tables:
+            if t in found and found[t] != want:
+                cols = ", ".join(f"{c} {ty}" for c, ty in found[t])
+                raise NotALog(
+                    f"{self.location!r}: table {self.schema}.{t} has columns ({cols}), not the "
+                    "(k bytea, v bytea) of a ckptlog table; it belongs to something else: use "
+                    "another schema (?schema=...) for the log"
+                )
+        if (
+            marker is not None
+            and found
+            and marker not in found
+            and not set(found) <= set(self._tables)
+        ):
+            raise NotALog(
+                f"{self.location!r}: schema {self.schema!r} holds tables "
+                f"{', '.join(sorted(found)[:5])} but no {marker!r} table: not a ckptlog log; "
+                "use a new schema (?schema=...) for the log"
+            )
+
+    # -- the contract --------------------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        return redact(self._url)
+
+    @property
+    def max_key_bytes(self) -> int:
+        return POSTGRES_KEY_BYTES_MAX
+
+    def _reader(self) -> psycopg.Connection[Any]:
+        with self._pool_lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not (conn.closed or conn.broken):
+                    return conn
+        return self._connect()
+
+    def _give_back(self, conn: psycopg.Connection[Any]) -> None:
+        if conn.closed or conn.broken:
+            return
+        with self._pool_lock:
+            if (
+                len(self._idle) < IDLE_READERS_MAX
+                and not self._closed
+                and self._pid == current_pid()
+            ):
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def read(self) -> _ReadScope:
+        self._check()
+        return _ReadScope(self)
+
+    def write(self) -> _WriteScope:
+        self._check()
+        if self.readonly:
+            raise ReadOnlyLog(
+                f"{self.location!r} was opened read-only; open it writable to change it"
+            )
+        return _WriteScope(self)
+
+    def run_write(self, fn: Callable[[WriteTxn], T], *, attempts: int = 8) -> T:
+        """:meth:`Backend.run_write`, with a growing pause between attempts (a server that
+        dropped the connection may need a moment), each retry logged."""
+        delay = RETRY_SLEEP_S
+        for attempt in range(attempts):
+            try:
+                with self.write() as txn:
+                    return fn(txn)
+            except RetryableWrite as e:
+                if attempt == attempts - 1:
+                    raise
+                log.warning(
+                    "%s: write attempt %d of %d failed (%s); retrying",
+                    self.location,
+                    attempt + 1,
+                    attempts,
+                    e,
+                )
+                if e.__cause__ is not None:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def sync(self) -> None:
+        self._check()
+        if self.readonly:
+            return
+        with self._write_lock:
+            conn = self._writer()
+            try:
+                conn.execute(
+                    "BEGIN; SET LOCAL synchronous_commit = on; SELECT txid_current(); COMMIT"
+                )
+            except psycopg.Error as e:
+                self._drop_writer()
+                raise _storage_error(e, f"syncing {self.location!r}") from e
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self._pid == current_pid():
+            if self.durability == "process" and not self.readonly:
+                try:
+                    self.sync()
+                except StorageError as e:
+                    log.warning("%s: flush on close failed: %s", self.location, e)
+            with self._write_lock, self._pool_lock:
+                self._closed = True
+                for conn in [self._wconn, *self._idle]:
+                    if conn is not None:
+                        conn.close()
+                self._wconn = None
+                self._idle = []
+        self._closed = True
+
+    def size_bytes(self) -> int:
+        self._check()
+        with self.read() as txn:
+            assert isinstance(txn, _PgRead)
+            rows = txn._q(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind = 'r'",
+                (self.schema,),
+            )
+        n: int = rows[0][0]
+        return n
+
+
+_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+
+
+class _ReadScope:
+    """``with backend.read() as txn``. While the transaction has returned nothing (``fresh``),
+    a connection the server dropped is replaced once by a new transaction: nothing was
+    observed of the old snapshot, so the caller cannot tell."""
+
+    __slots__ = ("conn", "fresh", "owner")
+
+    def __init__(self, owner: PostgresBackend) -> None:
+        self.owner = owner
+        self.conn: psycopg.Connection[Any] | None = None
+        self.fresh = True
+
+    def __enter__(self) -> ReadTxn:
+        owner = self.owner
+        conn = owner._reader()
+        try:
+            # SELECT 1 pins the snapshot now (REPEATABLE READ takes it at the first statement).
+            conn.execute(_BEGIN_READ)
+        except psycopg.Error as e:
+            conn.close()
+            if not _lost(e):
+                raise _storage_error(e, f"reading {owner.location!r}") from e
+            self.conn = conn
+            conn = self.begin_again()  # an idle pooled connection the server dropped
+        self.conn = conn
+        return _PgRead(conn, owner, self)
+
+    def begin_again(self) -> psycopg.Connection[Any]:
+        """Drop this scope's connection; a new one with a new transaction (once only)."""
+        owner = self.owner
+        if self.conn is not None:
+            self.conn.close()
+        self.fresh = False  # no second time
+        conn = owner._connect()
+        try:
+            conn.execute(_BEGIN_READ)
+        except psycopg.Error as e:
+            conn.close()
+            raise _storage_error(e, f"reading {owner.location!r}") from e
+        self.conn = conn
+        return conn
+
+    def __exit__(self, *exc: object) -> None:
+        conn = self.conn
+        assert conn is not None
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error:
+            conn.close()
+            return
+        self.owner._give_back(conn)

@@ -1,0 +1,168 @@
+"""The PostgreSQL backend against the shared backend contract, plus what only it has.
+
+Runs against the machine's real server (see ``pg_schemas``); each test works in schemas of its
+own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pg_schemas import PgSchemas
+
+from backends.base import RetryableWrite, WriteTxn
+from backends.postgres import PostgresBackend, _PgRead
+from backends.testing import BackendContract
+from eventlog.errors import CommitOutcomeUnknown
+
+TABLES = ("a", "b")
+
+
+class TestPostgresBackend(BackendContract):
+    schemas: PgSchemas
+
+    @pytest.fixture(autouse=True)
+    def _fresh_schemas(self, pg_schemas: PgSchemas) -> None:
+        self.schemas = pg_schemas
+
+    def make_backend(self, tmp_path: Path, **kw: Any) -> PostgresBackend:
+        kw.setdefault("tables", TABLES)
+        return PostgresBackend(self.schemas.url(tmp_path), **kw)
+
+    def test_get_many_equals_get_for_each_key(self, tmp_path: Path) -> None:
+        backend = self.make_backend(tmp_path)
+        try:
+            with backend.write() as w:
+                for i in range(20):
+                    w.put("a", b"k%02d" % i, b"v%d" % i)
+                w.put("a", b"\x00", b"")
+            keys = [b"k03", b"missing", b"k03", b"\x00", b"k19", b"k" * 600, b"k00"]
+            with backend.read() as r:
+                assert r.get_many("a", keys) == [r.get("a", k) for k in keys]
+                assert r.get_many("a", keys)[:4] == [b"v3", None, b"v3", b""]
+                assert r.get_many("b", keys) == [None] * len(keys)
+                assert r.get_many("a", []) == []
+        finally:
+            backend.close()
+
+    def test_bytea_orders_like_lmdb(self, tmp_path: Path) -> None:
+        """The server's own comparison of bytea is bytewise unsigned, shorter prefix first."""
+        backend = self.make_backend(tmp_path)
+        try:
+            keys = [b"\xff", b"\x00", b"\x7f", b"\x80", b"a", b"a\x00", b"\x00\xff", b"\x01"]
+            with backend.write() as w:
+                for k in keys:
+                    w.put("a", k, b"")
+            with backend.read() as r:
+                assert isinstance(r, _PgRead)
+                rows = r._q('SELECT k FROM {} ORDER BY k'.format(f'"{backend.schema}"."a"'))
+            assert [k for (k,) in rows] == sorted(keys)
+        finally:
+            backend.close()
+
+
+def _other_txn(url: str, *, commit: bool | None) -> tuple[int, psycopg.Connection[Any]]:
+    """A transaction on another connection that wrote nothing: ``(its id, the connection)``;
+    committed, rolled back, or (``None``) left open."""
+    conn = psycopg.connect(url.split("?", maxsplit=1)[0], autocommit=True)
+    conn.execute("BEGIN")
+    row = conn.execute("SELECT txid_current()").fetchone()
+    assert row is not None
+    if commit is True:
+        conn.execute("COMMIT")
+    elif commit is False:
+        conn.execute("ROLLBACK")
+    return int(row[0]), conn
+
+
+def test_a_commit_cut_off_is_resolved_by_its_transaction_id(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    url = pg_schemas.url(tmp_path)
+    backend = PostgresBackend(url, tables=TABLES)
+    cause = psycopg.OperationalError("the connection was lost during COMMIT")
+    try:
+        xid, conn = _other_txn(url, commit=True)
+        conn.close()
+        backend._resolve(xid, cause)  # committed: success, nothing raised
+        xid, conn = _other_txn(url, commit=False)
+        conn.close()
+        with pytest.raises(RetryableWrite, match=r"rolled transaction \d+ back; run it again"):
+            backend._resolve(xid, cause)
+        backend.run_write(lambda txn: txn.put("a", b"k", b"still writable"))
+        # Still in progress every time it asks: the outcome is unknown, so no more writes.
+        xid, conn = _other_txn(url, commit=None)
+        try:
+            with pytest.raises(CommitOutcomeUnknown, match=r"may or may not have committed"):
+                backend._resolve(xid, cause)
+        finally:
+            conn.close()
+        with pytest.raises(CommitOutcomeUnknown, match=r"refuses further writes.*reopen"):
+            backend.run_write(lambda txn: txn.put("a", b"k", b"refused"))
+        with backend.read() as r:
+            assert r.get("a", b"k") == b"still writable"
+    finally:
+        backend.close()
+
+
+def test_a_connection_killed_mid_transaction_is_retried(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    url = pg_schemas.url(tmp_path)
+    backend = PostgresBackend(url, tables=TABLES)
+    killer = psycopg.connect(url.split("?")[0], autocommit=True)
+    attempts: list[int] = []
+
+    def fn(txn: WriteTxn) -> int:
+        attempts.append(len(attempts))
+        txn.put("a", b"k%d" % len(attempts), b"v")
+        if len(attempts) == 1:
+            assert isinstance(txn, _PgRead)
+            pid = txn._conn.info.backend_pid
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            txn.put("a", b"after", b"lost")  # the server is gone: this fails
+        return len(attempts)
+
+    try:
+        assert backend.run_write(fn) == 2
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"k2", b"v")]  # the first attempt left nothing
+    finally:
+        killer.close()
+        backend.close()
+
+
+def test_a_forked_child_uses_connections_of_its_own(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    """The child writes through new connections; the parent's, which share nothing with the
+    child's, keep working afterwards (the child never used or closed them)."""
+    import os  # noqa: PLC0415
+
+    backend = PostgresBackend(pg_schemas.url(tmp_path), tables=TABLES)
+    try:
+        backend.run_write(lambda txn: txn.put("a", b"parent", b"1"))
+        with backend.read() as r:
+            assert r.get("a", b"parent") == b"1"
+        assert backend._wconn is not None
+        parent_server_pid = backend._wconn.info.backend_pid
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            code = 1
+            try:
+                backend.run_write(lambda txn: txn.put("a", b"child", b"2"))
+                with backend.read() as r:
+                    code = 0 if r.get("a", b"parent") == b"1" else 3
+                wconn = backend._wconn
+                if wconn is None or wconn.info.backend_pid == parent_server_pid:
+                    code = 4  # the child wrote through the parent's session
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        backend.run_write(lambda txn: txn.put("a", b"parent", b"after"))
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"child", b"2"), (b"parent", b"after")]
+    finally:
+        backend.close()

@@ -1,0 +1,402 @@
+"""The log on PostgreSQL: opening by URL (and its errors), the CLI's read commands, and many
+writer processes on one log keeping every invariant.
+
+Against the machine's real server; each test works in schemas of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import msgspec
+import pytest
+from pg_schemas import PG_URL, PgSchemas
+
+from eventlog import cli
+from eventlog.checkpoints import CheckpointLog
+from eventlog.errors import NotALog, StorageError
+from eventlog.testing import (
+    NOT_STARTED,
+    NS,
+    assert_history_consistent,
+    done,
+    fan_out,
+    make_record,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = Path(__file__).with_name("pg_writer.py")
+WORKER_WAIT_S = 120.0
+
+
+def test_open_by_url_reopens_the_same_log(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    url = pg_schemas.url(tmp_path)
+    cl = CheckpointLog.open(url)
+    try:
+        cl.save("a", make_record("a", at=1.0))
+        cl.save("a", make_record("a", at=2.0))
+    finally:
+        cl.close()
+    ro = CheckpointLog.open(url, readonly=True)
+    try:
+        assert ro.load("a") == make_record("a", at=2.0)
+        assert ro.log.backend.location == url
+        assert ro.verify().ok
+    finally:
+        ro.close()
+
+
+def test_open_errors_say_what_is_wrong(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match=r"cannot connect to PostgreSQL .*is running"):
+        CheckpointLog.open("postgresql://postgres@127.0.0.1:9/test?schema=x")
+    base = PG_URL.rsplit("/", 1)[0]
+    with pytest.raises(StorageError, match=r"cannot connect .*create the database first"):
+        CheckpointLog.open(f"{base}/no_such_database_ckptlog?schema=x")
+    url = pg_schemas.url(tmp_path / "missing")
+    with pytest.raises(NotALog, match=r"schema 't_[0-9a-f]+' does not exist"):
+        CheckpointLog.open(url, readonly=True)
+    # A schema whose "log" table is someone else's is refused, and left as it was.
+    foreign = pg_schemas.url(tmp_path / "foreign")
+    schema = foreign.split("schema=")[1]
+    import psycopg  # noqa: PLC0415
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".log (id int, body text)')
+        conn.execute(f"INSERT INTO \"{schema}\".log VALUES (1, 'theirs')")
+    with pytest.raises(NotALog, match=r"has columns \(id integer, body text\)"):
+        CheckpointLog.open(foreign)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        got = conn.execute(f'SELECT * FROM "{schema}".log').fetchall()
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchone()
+    assert got == [(1, "theirs")]
+    assert tables == (1,)
+
+
+def test_cli_reads_a_postgres_log(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    url = pg_schemas.url(tmp_path)
+    cl = CheckpointLog.open(url)
+    try:
+        for i in range(3):
+            cl.save("inv-1", make_record("inv-1", at=float(i + 1)))
+        cl.save("inv-2", make_record("inv-2"))
+    finally:
+        cl.close()
+
+    def run(*args: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(list(args), out=out, err=err, isolate=False)
+        return code, out.getvalue(), err.getvalue()
+
+    code, out, err = run("ls", url, "--json")
+    assert code == 0, err
+    assert {row["invocation_id"] for row in msgspec.json.decode(out)} == {"inv-1", "inv-2"}
+    code, out, err = run("verify", url)
+    assert code == 0, err
+    code, out, err = run("history", url, "inv-1")
+    assert code == 0, err
+    assert out.count("save") >= 3
+
+
+def _spawn(url: str, w: int, workers: int, saves: int, instances: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), url, str(w), str(workers), str(saves), str(instances), "8"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_many_writer_processes_keep_every_invariant(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    """Four processes save their own invocations and share one fan-out through save_instance
+    while a reader scans the log in commit order: global seqs are dense and never appear out of
+    order (no gap seen and then filled), each stream's seqs and chain are whole, every
+    acknowledged save is there exactly once, and the shared head holds every instance."""
+    workers, saves, instances = 4, 12, 240
+    url = pg_schemas.url(tmp_path)
+    cl = CheckpointLog.open(url)
+    base = make_record("shared", fan_outs=[fan_out("f", [NOT_STARTED] * instances)])
+    cl.save("shared", base)
+    seen: list[int] = []
+    problems: list[str] = []
+    stop = threading.Event()
+
+    def reader() -> None:  # a forensic reader elsewhere, replaying while the workers append
+        last = 0
+        while not stop.is_set():
+            for sf in cl.log.scan(last):
+                if sf.global_seq != last + 1:
+                    problems.append(f"after global seq {last} the scan showed {sf.global_seq}")
+                last = sf.global_seq
+                seen.append(last)
+
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        procs = [_spawn(url, w, workers, saves, instances) for w in range(workers)]
+        outs = [p.communicate(timeout=WORKER_WAIT_S) for p in procs]
+    finally:
+        stop.set()
+        th.join()
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        assert "flushed" in out
+    assert problems == []
+    try:
+        report = cl.verify()
+        assert report.ok, str(report)
+        scanned = [sf.global_seq for sf in cl.log.scan()]
+        assert scanned == list(range(1, len(scanned) + 1))
+        assert seen == scanned[: len(seen)]
+        for w in range(workers):
+            own = f"own-{w}"
+            hist = list(cl.history(own))
+            assert [e.record.last_saved_at for e in hist] == [float(n + 1) for n in range(saves)]
+            assert cl.load(own) == make_record(own, at=float(saves))
+        shared = cl.load("shared")
+        assert shared is not None
+        got = shared.fan_out_progress[0].instances
+        assert got == tuple(done({"w": i % workers, "i": i}) for i in range(instances))
+        assert_history_consistent(cl, "shared")
+    finally:
+        cl.close()
+    # The head row read by a fresh process equals the fold of the frames (no stale head).
+    ro = CheckpointLog.open(url, readonly=True)
+    try:
+        assert ro.load("shared") == shared
+    finally:
+        ro.close()
+    _ = NS
+
+
+def test_bench_harness_runs_the_postgres_peer_and_drops_its_schemas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--peer benchmarks.peers.postgres:...`` rows beside the LMDB ones they compare with;
+    every schema the run made (also by the instances cells' subprocesses) is gone after."""
+    import json  # noqa: PLC0415
+
+    import psycopg  # noqa: PLC0415
+
+    from benchmarks.__main__ import main as bench  # noqa: PLC0415
+    from benchmarks.peers import postgres as pg_peer  # noqa: PLC0415
+
+    prefix = f"benchtest_{tmp_path.name[-8:].lower()}_"
+    monkeypatch.setenv("CKPTLOG_BENCH_PG_PREFIX", prefix)
+    out = tmp_path / "bench.json"
+    argv = ["run", "--quick", "--scenario", "linear,instances", "--backend", "ckptlog-fsync"]
+    argv += ["--peer", "benchmarks.peers.postgres:fsync"]
+    argv += ["--peer", "benchmarks.peers.postgres:fsync_batched"]
+    try:
+        assert bench([*argv, "--no-progress", "--repeats", "1", "--out", str(out)]) == 0
+    finally:
+        pg_peer.drop_created()
+    data = json.loads(out.read_text(encoding="utf-8"))
+    rows = {
+        (name, p["key"], r["label"]): r
+        for name, sc in data["scenarios"].items()
+        for p in sc["params"]
+        for r in p["rows"]
+    }
+    linear = rows["linear", "state=200", "benchmarks.peers.postgres:fsync"]
+    assert linear["status"] == "ok", linear.get("reason")
+    assert linear["reference"] == "ckptlog-fsync"
+    batched = rows["instances", "n=1000", "benchmarks.peers.postgres:fsync_batched · save_instance"]
+    assert batched["status"] == "ok", batched.get("reason")
+    assert batched["reference"] == "ckptlog-fsync · save_instance"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (prefix,)
+        ).fetchall()
+    assert left == []
+
+
+def test_killed_workers_and_cut_connections_lose_no_acknowledged_save(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """Four workers save durably while two are SIGKILLed at seeded random moments and the
+    server cuts random ckptlog connections (``pg_terminate_backend``) throughout: every
+    acknowledged save is there exactly once, the log verifies, and the job resumes (the
+    unfinished workers' shares, run again, complete the fan-out). Writes ride out the cuts
+    (retried, or resolved by transaction id when the COMMIT was cut)."""
+    import random  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    import psycopg  # noqa: PLC0415
+
+    rng = random.Random(1808)
+    workers, saves, instances = 4, 20, 600
+    url = pg_schemas.url(tmp_path)
+    schema = url.split("schema=")[1]
+    cl = CheckpointLog.open(url)
+    cl.save("shared", make_record("shared", fan_outs=[fan_out("f", [NOT_STARTED] * instances)]))
+    cl.close()
+
+    def spawn(w: int, own_saves: int) -> subprocess.Popen[str]:
+        args = [url, str(w), str(workers), str(own_saves), str(instances), "0"]
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), *args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    stop = threading.Event()
+    cuts: list[int] = []
+
+    def cutter() -> None:  # the network between a worker and the server fails, now and then
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            while not stop.wait(rng.uniform(0.05, 0.2)):
+                row = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'ckptlog' AND datname = current_database() "
+                    "AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1"
+                ).fetchone()
+                if row is not None and row[0]:
+                    cuts.append(1)
+
+    procs = [spawn(w, saves) for w in range(workers)]
+    # Workers 1 and 3 are killed after a seeded random number of acknowledgements.
+    kill_after = {1: rng.randrange(5, 120), 3: rng.randrange(5, 120)}
+    lines: dict[int, list[str]] = {w: [] for w in range(workers)}
+    killed: list[int] = []
+
+    def follow(w: int) -> None:
+        stdout = procs[w].stdout
+        assert stdout is not None
+        for line in stdout:
+            lines[w].append(line.strip())
+            if len(lines[w]) == kill_after.get(w):
+                procs[w].send_signal(signal.SIGKILL)
+                killed.append(w)
+
+    followers = [threading.Thread(target=follow, args=(w,)) for w in range(workers)]
+    th = threading.Thread(target=cutter)
+    th.start()
+    for f in followers:
+        f.start()
+    try:
+        for f in followers:
+            f.join(WORKER_WAIT_S)
+        errs = [p.communicate(timeout=WORKER_WAIT_S)[1] for p in procs]
+    finally:
+        stop.set()
+        th.join()
+    assert cuts, "no connection was cut: the test did not test that"
+    outs = [("\n".join(lines[w]), errs[w]) for w in range(workers)]
+    acked_inst: set[int] = set()
+    acked_own: dict[int, int] = {}
+    # A worker not killed either finished or stopped on a cut it could not ride out (a read
+    # outside a write transaction says StorageError: try again); either way its job resumes.
+    # (Workers 1 and 3 print more lines than their kill counts, so they end killed unless
+    # such a cut stopped them first.)
+    unfinished = list(killed)
+    for w, (p, (out, err)) in enumerate(zip(procs, outs, strict=True)):
+        if w in killed:
+            assert p.returncode == -signal.SIGKILL, err
+        elif p.returncode != 0:
+            assert p.returncode == 1, err
+            assert "StorageError" in err, err
+            assert "PostgreSQL" in err, err
+            unfinished.append(w)
+        for line in out.splitlines():
+            kind, _, val = line.partition(" ")
+            if kind == "inst":
+                acked_inst.add(int(val))
+            elif kind == "ack":
+                acked_own[w] = int(val.split()[1])
+    check = CheckpointLog.open(url, readonly=True)
+    try:
+        report = check.verify()
+        assert report.ok, str(report)
+        shared = check.load("shared")
+        assert shared is not None
+        got = shared.fan_out_progress[0].instances
+        for i in acked_inst:
+            assert got[i] == done({"w": i % workers, "i": i}), i
+        for w in range(workers):
+            ats = [e.record.last_saved_at for e in check.history(f"own-{w}")]
+            n = acked_own.get(w, 0)
+            # Each acknowledged save once, in order; at most one more (committed, then killed).
+            assert ats == [float(k + 1) for k in range(len(ats))]
+            assert n <= len(ats) <= n + (1 if w in unfinished else 0)
+    finally:
+        check.close()
+    # The job resumes: the unfinished workers' shares run again (no own saves) and complete it.
+    again = [spawn(w, 0) for w in unfinished]
+    for p in again:
+        _, err = p.communicate(timeout=WORKER_WAIT_S)
+        assert p.returncode == 0, err
+    final = CheckpointLog.open(url, readonly=True)
+    try:
+        assert final.verify().ok
+        head = final.load("shared")
+        assert head is not None
+        assert head.fan_out_progress[0].instances == tuple(
+            done({"w": i % workers, "i": i}) for i in range(instances)
+        )
+    finally:
+        final.close()
+    assert schema
+
+
+def _rows(location: str) -> dict[str, list[tuple[bytes, bytes]]]:
+    from eventlog.copylog import COPY_TABLES  # noqa: PLC0415
+    from eventlog.log import open_backend  # noqa: PLC0415
+
+    backend = open_backend(location, tables=COPY_TABLES, readonly=True)
+    try:
+        with backend.read() as txn:
+            return {t: list(txn.scan(t)) for t in COPY_TABLES}
+    finally:
+        backend.close()
+
+
+def test_copy_between_lmdb_and_postgres_keeps_every_byte(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    from eventlog.copylog import copy_log  # noqa: PLC0415
+    from eventlog.records import FanOutInternalSaveBatching  # noqa: PLC0415
+
+    src = str(tmp_path / "local")
+    cl = CheckpointLog.open(src, batching=FanOutInternalSaveBatching(flush_every=4))
+    try:
+        cl.save("job", make_record("job", fan_outs=[fan_out("f", [NOT_STARTED] * 50)]))
+        for i in range(50):
+            cl.save_instance("job", "f", i, done({"i": i}), namespace=NS)
+        for k in range(30):
+            cl.save("other", make_record("other", at=float(k + 1)))
+        cl.delete("other")
+    finally:
+        cl.close()
+    central = pg_schemas.url(tmp_path / "central")
+    back = str(tmp_path / "back")
+
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["copy", src, central], out=out, err=err, isolate=False) == 0, err.getvalue()
+    assert out.getvalue().count(": OK") == 2  # verify passes on both ends
+    report = copy_log(central, back, chunk_rows=7)  # chunks smaller than a table
+    assert report.rows["log"] == len(_rows(src)["log"])
+    assert _rows(src) == _rows(central) == _rows(back)  # every row, byte for byte
+    for where in (central, back):
+        got = CheckpointLog.open(where, readonly=True)
+        try:
+            assert got.verify().ok
+            head = got.load("job")
+            assert head is not None
+            assert head.fan_out_progress[0].instances == tuple(done({"i": i}) for i in range(50))
+        finally:
+            got.close()
+    # A copy never merges: a destination that holds a log is refused and left unchanged.
+    code = cli.main(["copy", src, central], out=io.StringIO(), err=(err := io.StringIO()))
+    assert code == 2
+    assert "already holds a log" in err.getvalue()
+    assert _rows(central) == _rows(src)
