@@ -114,3 +114,15 @@ class BufferedLost(StorageError):
 class WriterFailed(CheckpointError, RuntimeError):
     """The log's writer stopped on an internal error (the cause is chained): every waiting and
     later write fails with this at once instead of hanging. Close the log and open it again."""
+
+
+class UnknownInvocation(CheckpointError, KeyError):
+    """A read asked about an invocation (stream) the log holds no frames for: a typo, or the
+    wrong log. ``load()`` still returns ``None`` for it (a checkpointer's "nothing saved")."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class SeqOutOfRange(CheckpointError, ValueError):
+    """A stream seq outside ``0..last_seq`` (0: before the first save) was asked for."""
