@@ -24,6 +24,19 @@ from eventlog import forensics as fx
 from eventlog.errors import CheckpointError
 from eventlog.frames import BLOB_EMPTY, Event, LgBlob, LgCheckpoint, LgRemove, LgWrites
 from eventlog.integrations.langgraph_store import BlobReader, parse_stream_key, stream_key
+
+__all__ = [
+    "APFLOW",
+    "LANGGRAPH",
+    "TECHREVATI",
+    "UnsupportedStream",
+    "View",
+    "display_name",
+    "langgraph_stream",
+    "parse_stream_key",
+    "stream_type",
+    "views",
+]
 from eventlog.log import EventLog
 
 LANGGRAPH: Final = "langgraph"
@@ -70,7 +83,8 @@ class View:
     global_seq: int
     saved_at: float
     kind: str  # checkpoint | writes | remove | step | delete | event
-    label: str  # what the frame is, in a few words (checkpoint id, step key, ...)
+    label: str  # what the frame is, in a few words (``step 3 (loop)``, ``by fetch``, ...)
+    ref: str | None  # the id it saves or refers to (checkpoint id, step key), when it has one
     node: str | None  # LangGraph: the node(s) whose writes the checkpoint applied
     stored_bytes: int
     checksum: bytes
@@ -127,7 +141,7 @@ def plain_value(value: Any) -> Any:
     if callable(dump):
         try:
             return {"__type__": type(value).__name__, **plain_value(dump())}
-        except Exception:  # noqa: BLE001, S110 - fall through to repr
+        except Exception:  # noqa: BLE001 - fall through to repr
             pass
     return repr(value)
 
@@ -167,8 +181,7 @@ def langgraph_views(log: EventLog, stream: str) -> Iterator[View | fx.Unreadable
                     values[channel] = plain_value(blobs.decode(blob, seq))
                 except Exception as e:  # noqa: BLE001 - shown, not fatal
                     values[channel] = {"undecodable": f"{type(e).__name__}: {e}"}
-            nodes = sorted({w[0] for w in writes.get(frame.parent_id or "", [])})
-            node = ", ".join(n for n in nodes if not n.startswith("__")) or None
+            node = ", ".join(sorted({w[0] for w in writes.get(frame.parent_id or "", [])})) or None
             metadata = _loads(loads, frame.metadata_type, frame.metadata)
             current_id = frame.checkpoint_id
             current = {
@@ -178,9 +191,9 @@ def langgraph_views(log: EventLog, stream: str) -> Iterator[View | fx.Unreadable
                 "channel_values": values,
                 "pending_writes": [],
             }
-            kind, label = "checkpoint", frame.checkpoint_id
+            kind, label, ref = "checkpoint", "", frame.checkpoint_id
             if isinstance(metadata, dict) and "step" in metadata:
-                label += f" step {metadata['step']} ({metadata.get('source', '?')})"
+                label = f"step {metadata['step']} ({metadata.get('source', '?')})"
         elif isinstance(frame, LgWrites):
             node = _node_of(frame.task_path)
             decoded = [(node, w.channel, _loads(loads, w.type, w.data)) for w in frame.writes]
@@ -193,17 +206,17 @@ def langgraph_views(log: EventLog, stream: str) -> Iterator[View | fx.Unreadable
                         *({"node": n, "channel": c, "value": v} for n, c, v in decoded),
                     ],
                 }
-            kind, label = "writes", f"{node} -> checkpoint {frame.checkpoint_id}"
+            kind, label, ref = "writes", f"by {node}", frame.checkpoint_id
         elif isinstance(frame, LgRemove):
             ids = frame.checkpoint_ids
             if ids is None or (current_id is not None and current_id in ids):
                 current, current_id = None, None
             n = "all" if ids is None else f"{len(ids):,}"
-            kind, label = "remove", f"{n} checkpoint(s) removed ({frame.reason})"
+            kind, label, ref = "remove", f"{n} checkpoint(s) removed ({frame.reason})", None
         else:
-            kind, label = fx._frame_kind(frame), type(frame).__name__
+            kind, label, ref = fx._frame_kind(frame), type(frame).__name__, None
         yield View(
-            item.seq, item.global_seq, fx.frame_saved_at(frame), kind, label, node,
+            item.seq, item.global_seq, fx.frame_saved_at(frame), kind, label, ref, node,
             item.stored_bytes, item.checksum, frame, current,
         )  # fmt: skip
 
@@ -241,24 +254,27 @@ def techrevati_views(log: EventLog, stream: str) -> Iterator[View | fx.Unreadabl
                 "state": _json(_field(data, "state")),
                 "metadata": _json(_field(data, "metadata")),
             }
-            kind, label = "checkpoint", str(_field(data, "id"))
+            kind, label, ref = "checkpoint", "", str(_field(data, "id"))
         elif name.endswith(".step"):
             key = str(_field(data, "key"))
             steps = {
                 **steps,
-                key: {"created_at": _field(data, "created_at"), "state": _json(data["state"])},
+                key: {
+                    "created_at": _field(data, "created_at"),
+                    "state": _json(_field(data, "state")),
+                },
             }
-            kind, label = "step", key
+            kind, label, ref = "step", key, None
         elif name.endswith(".delete"):
             checkpoint, steps = None, {}
-            kind, label = "delete", "thread deleted"
+            kind, label, ref = "delete", "thread deleted", None
         else:
-            kind, label = "event", name or type(frame).__name__
+            kind, label, ref = "event", name or type(frame).__name__, None
         view = None if checkpoint is None and not steps else {"checkpoint": checkpoint}
         if view is not None:
             view["steps"] = steps
         yield View(
-            item.seq, item.global_seq, fx.frame_saved_at(frame), kind, label, None,
+            item.seq, item.global_seq, fx.frame_saved_at(frame), kind, label, ref, None,
             item.stored_bytes, item.checksum, frame, view,
         )  # fmt: skip
 
@@ -279,14 +295,14 @@ def apflow_views(log: EventLog, stream: str) -> Iterator[View | fx.Unreadable]:
                 "n": _field(data, "n"),
                 "data": _json(_field(data, "data")),
             }
-            kind, label = "checkpoint", f"{_field(data, 'id')} ({_field(data, 'step_name')})"
+            kind, label, ref = "checkpoint", f"attempt {_field(data, 'n')}", _field(data, "id")
         elif name.endswith(".delete"):
             latest = None
-            kind, label = "delete", f"{_field(data, 'count')} checkpoint(s) deleted"
+            kind, label, ref = "delete", f"{_field(data, 'count')} checkpoint(s) deleted", None
         else:
-            kind, label = "event", name or type(frame).__name__
+            kind, label, ref = "event", name or type(frame).__name__, None
         yield View(
-            item.seq, item.global_seq, fx.frame_saved_at(frame), kind, label,
+            item.seq, item.global_seq, fx.frame_saved_at(frame), kind, label, ref,
             _field(data, "step_name") if kind == "checkpoint" else None,
             item.stored_bytes, item.checksum, frame, latest,
         )  # fmt: skip
