@@ -886,9 +886,14 @@ def _fan_out_nodes(step: fx.Step) -> tuple[str, ...]:
     changes, _ = fx.batch_of(step.frame)
     if not changes and isinstance(step.frame, Save):
         changes = step.frame.instances
-    if not changes or step.head is None:
+    if step.head is None:
         return ()
     names = {s.header.fid: s.header.fan_out_node_name for s in step.head.slots}
+    if not changes:
+        # A snapshot written for one instance save keeps no change list: an instance save
+        # changes its invocation's fan-out(s).
+        fan_out_kind = step.kind in ("fan_out_internal", "fan_out_in_flight_failure")
+        return tuple(dict.fromkeys(names.values())) if fan_out_kind else ()
     return tuple(dict.fromkeys(names.get(c.fid, "?") for c in changes))
 
 
@@ -974,6 +979,7 @@ def _step_json(step: fx.Step) -> dict[str, Any]:
         "seq": step.seq,
         "global_seq": step.global_seq,
         "saved_at": step.saved_at,
+        "saved_at_iso": iso_time(step.saved_at),
         "kind": step.kind,
         "instance_saves": step.instance_saves,
         "frame": step.frame_type,
@@ -1780,7 +1786,7 @@ def build_parser() -> Parser:  # noqa: PLR0915 - one statement per option, read 
         "bench",
         help=COMMANDS["bench"][1],
         description="Run the benchmarks: every argument after `bench` goes to "
-        "`python -m benchmarks` (try `ckptlog bench -- --help`).",
+        "`python -m benchmarks` (try `ckptlog bench --help`).",
         add_help=False,
     )
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
@@ -1803,8 +1809,12 @@ def main(
     """
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
+    arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        if arguments[:1] == ["bench"]:  # everything after it is the benchmarks' (--help too)
+            args = argparse.Namespace(command="bench", bench_args=arguments[1:], fn=cmd_bench)
+        else:
+            args = build_parser().parse_args(arguments)
     except CliError as e:
         _error(err, str(e))
         return e.code
