@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import contextlib
 import dataclasses
@@ -24,6 +25,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -780,7 +782,7 @@ def cmd_history(ctx: Ctx) -> int:
             raise CliError(f"{name} needs a whole number >= 0, got {n}", USAGE)
     if a.min_gap is not None and not (math.isfinite(a.min_gap) and a.min_gap >= 0):
         raise CliError(f"--min-gap needs seconds >= 0, got {a.min_gap}", USAGE)
-    rows = _history_rows(ctx, inv, foreign)
+    rows = _history_rows(ctx, inv, foreign, diffs=a.changed is not None)
 
     def wanted(row: HistoryRow) -> bool:
         if row.unreadable is not None:
@@ -790,6 +792,8 @@ def cmd_history(ctx: Ctx) -> int:
         if kinds is not None and row.kind not in kinds:
             return False
         if a.node is not None and a.node not in row.nodes:
+            return False
+        if a.changed is not None and not any(_touches(c, a.changed) for c in row.changed):
             return False
         return a.min_gap is None or (row.gap is not None and row.gap >= a.min_gap)
 
@@ -827,12 +831,17 @@ class HistoryRow:
     counts: dict[str, int]
     doc: dict[str, Any]  # the JSON object of the row
     unreadable: fx.Unreadable | None = None
+    changed: tuple[ValueChange, ...] = ()  # what this frame changed (with --changed only)
 
 
-def _history_rows(ctx: Ctx, inv: str, foreign: bool) -> Iterator[HistoryRow]:
-    """Rows as the frames are read (nothing is collected first)."""
+def _history_rows(
+    ctx: Ctx, inv: str, foreign: bool, *, diffs: bool = False
+) -> Iterator[HistoryRow]:
+    """Rows as the frames are read (nothing is collected first); ``diffs``: with the paths
+    each frame changed."""
     assert ctx.opened is not None
     previous: float | None = None
+    before: Any = None
     if foreign:
         for v in _views(ctx, inv):
             if isinstance(v, fx.Unreadable):
@@ -847,13 +856,15 @@ def _history_rows(ctx: Ctx, inv: str, foreign: bool) -> Iterator[HistoryRow]:
             doc["stored_bytes"] = v.stored_bytes
             doc["gap"] = gap
             made_by = tuple(n.strip() for n in (v.node or "").split(",") if n.strip())
+            changed = tuple(_view_diff(before, v.view)) if diffs else ()
+            before = v.view
             yield HistoryRow(
                 v.seq, v.saved_at, gap, v.kind, f"{v.kind} {v.label}".strip(),
-                fx._frame_type(v.frame), v.stored_bytes, made_by, None, {}, doc,
+                fx._frame_type(v.frame), v.stored_bytes, made_by, None, {}, doc, None, changed,
             )  # fmt: skip
         return
     positions = 0
-    for item in fx.walk(ctx.opened.log.log, inv, tolerant=True, counts=True):
+    for item in fx.walk(ctx.opened.log.log, inv, tolerant=True, counts=True, diffs=diffs):
         if isinstance(item, fx.Unreadable):
             ctx.report_unreadable(item)
             previous = None
@@ -878,7 +889,64 @@ def _history_rows(ctx: Ctx, inv: str, foreign: bool) -> Iterator[HistoryRow]:
         yield HistoryRow(
             item.seq, item.saved_at, gap, item.kind, label, item.frame_type, item.stored_bytes,
             nodes, len(item.head.positions) if item.head is not None else None, item.counts, doc,
+            None, _changes(item.diff) if item.diff is not None else (),
         )  # fmt: skip
+
+
+def _changes(d: RecordDiff) -> tuple[ValueChange, ...]:
+    """Everything a record diff touches, as value changes by path: fields, state paths,
+    ``completed_positions``, ``<fan-out>`` (added or removed), ``<fan-out>[i]`` (an
+    instance), ``record`` (created or deleted)."""
+    out = [*d.fields, *d.state]
+    if d.positions_added or d.positions_removed:
+        out.append(ValueChange("completed_positions", "changed", None, None))
+    out += [ValueChange(fo.fan_out, fo.op, None, None) for fo in d.fan_outs]
+    out += [
+        ValueChange(f"{i.fan_out}[{i.index}]", "changed", i.old_state, i.new_state)
+        for i in d.instances
+    ]
+    if d.existed_before != d.exists_after:
+        out.append(ValueChange("record", "changed", d.existed_before, d.exists_after))
+    return tuple(out)
+
+
+_SEGMENT: Final = re.compile(
+    r"\.([^.\[]+)|\[(-?\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\]"
+)
+
+
+def _lookup(value: Any, rest: str) -> tuple[bool, Any]:
+    """``value`` at the path suffix ``rest`` (``.a[2]['k']``): ``(found, the value)``."""
+    pos = 0
+    while pos < len(rest):
+        m = _SEGMENT.match(rest, pos)
+        if m is None:
+            return False, None
+        key: Any = m.group(1) if m.group(1) is not None else None
+        if m.group(2) is not None:
+            key = int(m.group(2))
+        elif m.group(3) is not None:
+            key = ast.literal_eval(m.group(3))
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            return False, None
+        pos = m.end()
+    return True, value
+
+
+def _touches(change: ValueChange, wanted: str) -> bool:
+    """``change`` changed ``wanted``: the same path, a part of it (``state.results[3]`` for
+    ``state.results``), or a value holding it whose old and new differ there."""
+    path = change.path
+    if path == wanted or (path.startswith(wanted) and path[len(wanted)] in ".["):
+        return True
+    if not (wanted.startswith(path) and wanted[len(path)] in ".["):
+        return False
+    rest = wanted[len(path) :]
+    had, old = _lookup(change.old, rest)
+    has, new = _lookup(change.new, rest)
+    return had != has or (had and old != new)
 
 
 def _fan_out_nodes(step: fx.Step) -> tuple[str, ...]:
@@ -1363,6 +1431,108 @@ class _TextBytes:
         self.flush()
 
 
+def cmd_search(ctx: Ctx) -> int:
+    """Every frame, in every stream, whose saved content holds TEXT (a value, an id, a
+    correlation id): what it stores for a checkpoint stream (a delta holds what changed, a
+    snapshot everything), what it changed for an integration's stream."""
+    cl = ctx.open().log
+    a = ctx.args
+    text = a.text
+    if not text:
+        raise CliError("search needs a non-empty TEXT", USAGE)
+    heads = {r.invocation_id: r for r in fx.invocations(cl, all_streams=True)}
+    hits: list[dict[str, Any]] = []
+    for stream in cl.log.streams():
+        row = heads.get(stream)
+        corr = row.correlation_id if row is not None else None
+        if text in (stream, cs.display_name(stream)) or text == corr:
+            last = cl.log.last_seq(stream)
+            hits.append(
+                {"invocation_id": stream, "seq": last, "saved_at": row.last_saved_at if row
+                 else None, "saved_at_iso": iso_time(row.last_saved_at) if row else None,
+                 "kind": "invocation", "match": "correlation id" if text == corr
+                 else "invocation id"}
+            )  # fmt: skip
+            continue  # the whole stream is a match
+        for seq, saved_at, kind, content in _search_items(ctx, stream):
+            where = _found_in(text, content)
+            if where is None:
+                continue
+            hits.append(
+                {"invocation_id": stream, "seq": seq, "saved_at": saved_at,
+                 "saved_at_iso": iso_time(saved_at), "kind": kind, "match": where}
+            )  # fmt: skip
+            if a.first:
+                break
+        if a.limit is not None and len(hits) >= a.limit:
+            del hits[a.limit :]
+            break
+    if ctx.json:
+        ctx.out.write(to_json(hits) + "\n")
+    elif not hits:
+        ctx.out.write(f"no frame holds {text!r}\n")
+    else:
+        table(
+            ["INVOCATION", "SEQ", "SAVED AT (UTC)", "KIND", "MATCH"],
+            (
+                [escape(cs.display_name(h["invocation_id"])), str(h["seq"]),
+                 fmt_time(h["saved_at"]), escape(h["kind"]), escape(h["match"])]
+                for h in hits
+            ),
+            "lrlll",
+            ctx.out,
+            colour=ctx.style.enabled,
+        )  # fmt: skip
+    return PROBLEMS if ctx.unreadable else OK
+
+
+def _search_items(ctx: Ctx, stream: str) -> Iterator[tuple[int, float, str, Any]]:
+    """``(seq, saved_at, kind, content)`` of each readable frame of ``stream``."""
+    assert ctx.opened is not None
+    if cs.stream_type(stream) is not None:
+        before: Any = None
+        for v in _views(ctx, stream):
+            if isinstance(v, fx.Unreadable):
+                ctx.report_unreadable(v)
+                continue
+            changes = _view_diff(before, v.view)
+            before = v.view
+            yield v.seq, v.saved_at, v.kind, {c.path: c.new for c in changes if c.op != "removed"}
+        return
+    for item in fx.read_frames(ctx.opened.log.log, stream):
+        if isinstance(item, fx.Unreadable):
+            ctx.report_unreadable(item)
+            continue
+        frame = item.frame
+        content = fx.plain(fx.frame_content(frame))
+        yield item.seq, fx.frame_saved_at(frame), fx._frame_kind(frame), content
+
+
+def _found_in(text: str, content: Any, path: str = "") -> str | None:
+    """``path = value`` of the first value in ``content`` that is ``text`` (a number, true,
+    false, null as written) or a string holding it; ``None`` when none is."""
+    if isinstance(content, dict):
+        for key, value in content.items():
+            sub = f"{path}.{key}" if path else str(key)
+            found = _found_in(text, value, sub)
+            if found is not None:
+                return found
+        return None
+    if isinstance(content, (list, tuple)):
+        for i, value in enumerate(content):
+            found = _found_in(text, value, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if isinstance(content, str):
+        hit = text in content
+    elif content is None or isinstance(content, (bool, int, float)):
+        hit = text == json.dumps(content)
+    else:
+        hit = False
+    return f"{path or '(value)'} = {brief(content)}" if hit else None
+
+
 def cmd_verify(ctx: Ctx) -> int:
     try:
         opened = ctx.open()
@@ -1630,6 +1800,7 @@ COMMANDS: dict[str, tuple[Callable[[Ctx], int], str]] = {
     "diff": (cmd_diff, "what changed in an invocation between two seqs"),
     "replay": (cmd_replay, "step through an invocation's saves with what each changed"),
     "export": (cmd_export, "write history as JSON Lines (one invocation, or all)"),
+    "search": (cmd_search, "find the frames, in every invocation, that hold a value or an id"),
     "verify": (cmd_verify, "check checksums, hash chains, index and materialized rows"),
     "stats": (cmd_stats, "counts and sizes of a log"),
     "compact": (cmd_compact, "write a compacted copy of a log to a new log"),
@@ -1723,6 +1894,12 @@ def build_parser() -> Parser:  # noqa: PLR0915 - one statement per option, read 
     )
     p.add_argument("--node", metavar="NAME", help="only saves made by node NAME completing")
     p.add_argument(
+        "--changed",
+        metavar="PATH",
+        help="only saves that changed PATH (state.results, process_items[3], "
+        "channel_values.n, ...); with -n 1: the first seq that changed it (git log -S)",
+    )
+    p.add_argument(
         "--min-gap",
         type=float,
         metavar="SECONDS",
@@ -1768,6 +1945,11 @@ def build_parser() -> Parser:  # noqa: PLR0915 - one statement per option, read 
     p.add_argument("--until", metavar="TIME", help="frames stamped before TIME")
     p.add_argument("--kind", action="append", metavar="KIND", help="only these kinds (repeatable)")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = add("search")
+    p.add_argument("text", metavar="TEXT", help="a value, an id or a correlation id")
+    p.add_argument("--first", action="store_true", help="only the first frame of each stream")
+    p.add_argument("-n", "--limit", type=int, metavar="N", help="stop after N matches")
 
     add("verify")
     add("stats")

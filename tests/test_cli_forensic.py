@@ -484,3 +484,51 @@ def test_version_and_bench_help() -> None:
     bench = ckptlog("bench", "--help")
     assert bench.returncode == EXIT_OK, bench.stderr
     assert "benchmarks" in bench.stdout.lower()
+
+
+def test_history_changed_finds_the_first_seq_that_changed_a_path(
+    real_log: Path, logs: dict[str, Path]
+) -> None:
+    def seqs(log: Path, inv: str, *args: str) -> list[int]:
+        proc = ckptlog("history", str(log), inv, "--json", *args)
+        assert proc.returncode == EXIT_OK, proc.stderr
+        return [r["seq"] for r in json.loads(proc.stdout)]
+
+    # state.results appears with the final save; the first save's state has no such key.
+    assert seqs(real_log, DEMO, "--changed", "state.results") == [5]
+    assert seqs(real_log, DEMO, "--changed", "state.results[3]") == [5]
+    assert seqs(real_log, DEMO, "--changed", "state.phase") == [1, 5]
+    assert seqs(real_log, SWEEP, "--changed", "scan[42]") == [1 + 43]  # its instance save
+    assert seqs(real_log, "etl-7", "--changed", "fetch[1]", "-n", "1") == [3]
+    lg = seqs(logs["lg"], "thread-1", "--changed", "channel_values.n")
+    assert lg
+    first = json.loads(ckptlog("show", str(logs["lg"]), "thread-1", "--at", str(lg[0]),
+                               "--json").stdout)  # fmt: skip
+    assert "n" in first["view"]["channel_values"]
+    before = json.loads(ckptlog("show", str(logs["lg"]), "thread-1", "--at", str(lg[0] - 1),
+                                "--json").stdout)  # fmt: skip
+    assert "n" not in ((before["view"] or {}).get("channel_values") or {})
+
+
+def test_search_across_invocations_for_a_value_or_an_id(
+    real_log: Path, logs: dict[str, Path]
+) -> None:
+    from eventlog.demo import work  # noqa: PLC0415
+
+    hits = json.loads(ckptlog("search", str(real_log), "timeout", "--json").stdout)
+    assert [(h["invocation_id"], h["seq"]) for h in hits] == [("etl-7", 3)]
+    assert hits[0]["match"] == 'instances[0].progress.result = "timeout"'
+    value = str(work(256))  # saved by the resume's first batch, then in the final state
+    found = json.loads(ckptlog("search", str(real_log), value, "--json").stdout)
+    assert [(h["invocation_id"], h["seq"]) for h in found] == [(DEMO, 3), (DEMO, 5)]
+    first = json.loads(ckptlog("search", str(real_log), value, "--first", "--json").stdout)
+    assert [h["seq"] for h in first] == [3]
+    corr = ckptlog("search", str(real_log), "nightly")
+    assert re.search(r"^etl-7\s+\d+\s+\S+\s+invocation\s+correlation id$", corr.stdout, re.M)
+    lg = json.loads(ckptlog("search", str(logs["lg"]), "fetch", "--json").stdout)
+    assert any(h["match"].startswith("channel_values.items[") for h in lg)
+    ap = json.loads(ckptlog("search", str(logs["ap"]), "parse", "--json").stdout)
+    assert [(h["invocation_id"], h["seq"]) for h in ap] == [("apflow:task-1", 2)]
+    none = ckptlog("search", str(real_log), "no-such-value-anywhere")
+    assert none.returncode == EXIT_OK
+    assert "no frame holds" in none.stdout
