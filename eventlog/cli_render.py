@@ -139,7 +139,6 @@ def table(
             headers[i] if headers is not None else "",
             justify="right" if a == "r" else "left",
             no_wrap=True,
-            overflow="ignore",
         )
     for row in rows:
         t.add_row(*(Text.from_ansi(cell) if "\x1b" in cell else Text(cell) for cell in row))
