@@ -875,7 +875,7 @@ def _history_rows(
         nodes: tuple[str, ...] = ()
         if item.head is not None:
             now = len(item.head.positions)
-            if now > positions:
+            if now > positions and item.compacted is None:  # a compacted start: not new
                 nodes = tuple(dict.fromkeys(p.node_name for p in item.head.positions[positions:]))
             positions = now
             if not nodes:
@@ -972,7 +972,7 @@ def _unreadable_row(item: fx.Unreadable) -> HistoryRow:
     )  # fmt: skip
 
 
-KIND_CELLS: Final = max(len(k) for k in fx.HISTORY_KINDS) + len(" x99,999")
+KIND_CELLS: Final = len("fan_out_internal (compacted)")  # wider kinds push their row on
 
 
 def _print_history(
@@ -990,9 +990,11 @@ def _print_history(
         return shown
     seq_cells = max(3, len(f"{last}-{last}"))
     kind_cells = 28 if foreign else KIND_CELLS
+    frame_cells = 13 if foreign else 9
     head = [
         pad("SEQ", seq_cells, "r"), pad("SAVED AT (UTC)", 24), pad("AFTER", 9, "r"),
-        pad("KIND", kind_cells), pad("FRAME", 13), pad("BYTES", 9, "r"), pad("NODES", 5, "r"),
+        pad("KIND", kind_cells), pad("FRAME", frame_cells), pad("BYTES", 7, "r"),
+        pad("NODES", 5, "r"),
         pad("NODE", 16), "FAN-OUT DONE",
     ]  # fmt: skip
     for row in rows:
@@ -1010,8 +1012,8 @@ def _print_history(
             pad(fmt_time(row.saved_at), 24),
             pad(fmt_gap(row.gap), 9, "r"),
             pad(s.dim(label) if row.kind == "delete" else label, kind_cells),
-            pad(row.frame, 13),
-            pad(f"{row.stored_bytes:,}", 9, "r"),
+            pad(row.frame, frame_cells),
+            pad(f"{row.stored_bytes:,}", 7, "r"),
             pad(str(row.completed_nodes) if row.completed_nodes is not None else "-", 5, "r"),
             pad(escape(", ".join(row.nodes)) or "-", 16),
             _counts_cell(row.counts),

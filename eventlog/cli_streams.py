@@ -189,7 +189,12 @@ def langgraph_views(log: EventLog, stream: str) -> Iterator[View | fx.Unreadable
                 "parent_id": frame.parent_id,
                 "metadata": metadata,
                 "channel_values": values,
-                "pending_writes": [],
+                # writes can commit before their checkpoint (LangGraph saves it in the
+                # background while the next tasks run): those already read are pending too
+                "pending_writes": [
+                    {"node": n, "channel": c, "value": v}
+                    for n, c, v in writes.get(frame.checkpoint_id, [])
+                ],
             }
             kind, label, ref = "checkpoint", "", frame.checkpoint_id
             if isinstance(metadata, dict) and "step" in metadata:
