@@ -2,12 +2,18 @@
 
 Invariants:
 - Read commands open the log read-only and never block a running writer (LMDB readers take
-  no lock the writer waits for); only ``compact`` writes, and only to its new DEST.
+  no lock the writer waits for), and write nothing into the log's directory (an evidence copy
+  opens without its lock file); only ``compact`` writes, and only to its new DEST.
+- Every kind of stream answers: checkpoint invocations through eventlog.forensics, LangGraph
+  threads, techrevati threads and apflow tasks through eventlog.cli_streams' views; a stream
+  with nothing to show is refused with exit status 2, never reported as deleted.
 - stdout carries the answer (tables, or JSON with ``--json``); stderr carries progress bars
-  (only on a terminal), warnings and the one-line ``ckptlog: error: ...``. Colour only when
-  stdout is a terminal and ``NO_COLOR`` is unset (``--color`` overrides).
+  (rich, only on a terminal), warnings and the one-line ``ckptlog: error: ...``. Colour only
+  when stdout is a terminal and ``NO_COLOR`` is unset (``--color`` overrides). Text from the
+  log is escaped (eventlog.cli_render.escape) before it reaches a terminal.
 - Damage never crashes a command: what is readable is printed, what is not is named, and the
-  exit status says so (see ``EXIT_CODES``). No traceback reaches the user.
+  exit status says so (see ``EXIT_CODES``). No traceback reaches the user; a signal sent to
+  the parent reaches the forked child running the command (exit status 128 + signal).
 """
 
 from __future__ import annotations
@@ -58,9 +64,10 @@ exit status:
   {PROBLEMS}  verify found problems, or the log is damaged where a command had to read
      (what was readable is printed; what was not is named on stderr)
   {USAGE}  usage error or bad input (unknown invocation, seq out of range, bad time, DEST
-     not empty)
+     not empty or not writable, a log that needs --chain-key-file)
   {UNREADABLE}  PATH is not a ckptlog log, or it cannot be opened or read at all
   {INTERNAL}  internal error (a bug in ckptlog: please report it with the message)
+  128+N  stopped by signal N (143: SIGTERM), which also stopped the command's worker
 """
 STATE_LINES_MAX: Final = 40  # lines of state JSON `show` prints before eliding (--full: all)
 DIFF_ITEMS_MAX: Final = 50  # changes of one kind `diff`/`replay` print (--full: all)

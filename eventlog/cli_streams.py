@@ -174,12 +174,12 @@ def langgraph_views(log: EventLog, stream: str) -> Iterator[View | fx.Unreadable
                 if seq is None:
                     values[channel] = {"undecodable": f"no blob for version {version!r}"}
                     continue
-                blob: LgBlob = blobs.blob(seq, channel)
-                if blob.kind == BLOB_EMPTY:
-                    continue
                 try:
+                    blob: LgBlob = blobs.blob(seq, channel)
+                    if blob.kind == BLOB_EMPTY:
+                        continue
                     values[channel] = plain_value(blobs.decode(blob, seq))
-                except Exception as e:  # noqa: BLE001 - shown, not fatal
+                except Exception as e:  # noqa: BLE001 - a damaged chain is shown, not fatal
                     values[channel] = {"undecodable": f"{type(e).__name__}: {e}"}
             node = ", ".join(sorted({w[0] for w in writes.get(frame.parent_id or "", [])})) or None
             metadata = _loads(loads, frame.metadata_type, frame.metadata)
