@@ -153,13 +153,22 @@ class _Env:
                     metasync=True,
                     max_dbs=MAX_DBS,
                     max_readers=MAX_READERS,
-                    lock=True,
+                    lock=self._lock_needed(),
                     readahead=True,
                     writemap=False,
                     max_spare_txns=4,
                 )
         except lmdb.Error as e:
             raise _translate(e, f"opening {self.path!r}") from e
+
+    def _lock_needed(self) -> bool:
+        """LMDB's reader table (``lock.mdb``), except for a read-only open that could not use it:
+        no ``lock.mdb`` (nobody has the log open: opening must not create one in evidence) or
+        one we may not write (a read-only copy: a writer could not open it either)."""
+        if not self.readonly:
+            return True
+        lock_file = os.path.join(self.path, "lock.mdb")
+        return os.path.exists(lock_file) and os.access(lock_file, os.W_OK)
 
     def check_marker(self, marker: str | None, ours: Iterable[str] = ()) -> None:
         """Refuse an environment that holds data but not ``marker``: it is not ours to change.

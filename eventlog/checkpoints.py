@@ -41,7 +41,13 @@ import msgspec
 from backends.base import Backend, Durability, WriteTxn
 from eventlog import forensics
 from eventlog.codec import encode_value
-from eventlog.errors import DamagedRowSkipped, InvalidRecord, InvalidStreamKey
+from eventlog.errors import (
+    DamagedRowSkipped,
+    InvalidRecord,
+    InvalidStreamKey,
+    SeqOutOfRange,
+    UnknownInvocation,
+)
 from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, Save, Tombstone
 from eventlog.layout import LOG, STREAMS, U64, U64X2
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
@@ -739,6 +745,7 @@ class CheckpointLog:
         ``since <= saved_at < until`` and ``kinds`` (save kinds and ``"delete"``) filter what
         is yielded (eventlog.forensics); the fold still reads the whole stream.
         """
+        self._last_seq(invocation_id)  # an unknown id raises, never reads as no history
         if since is not None or until is not None or kinds is not None:
             yield from forensics.history(self, invocation_id, since=since, until=until, kinds=kinds)
             return
@@ -754,9 +761,27 @@ class CheckpointLog:
                 assert head is not None
                 yield HistoryEntry(sf.seq, frame.saved_at, frame.kind, to_record(head))
 
+    def _last_seq(self, invocation_id: str) -> int:
+        """The newest seq of ``invocation_id``; :class:`UnknownInvocation` when it has none."""
+        last = self.log.last_seq(invocation_id)
+        if last == 0:
+            raise UnknownInvocation(
+                f"no invocation {invocation_id!r} in the log at {self.log.backend.location!r}; "
+                "check the id (list() names the saved ones)"
+            )
+        return last
+
     def record_at(self, invocation_id: str, seq: int) -> CheckpointRecord | None:
-        """The record as of stream seq ``seq`` (``None`` if deleted or not yet saved then)."""
-        if seq < 1:
+        """The record as of stream seq ``seq`` (``None`` if deleted then, or ``seq`` is 0: before
+        the first save). :class:`UnknownInvocation` for an id with no frames,
+        :class:`SeqOutOfRange` for a seq outside ``0..last_seq``."""
+        last = self._last_seq(invocation_id)
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= last:
+            raise SeqOutOfRange(
+                f"seq {seq!r} is outside {invocation_id!r}, whose seqs run 1..{last} (0 means "
+                "before the first save); pass a seq in that range"
+            )
+        if seq == 0:
             return None  # before the first frame nothing was saved
         with self.log.backend.read() as txn:
             sid = self.log.stream_id(txn, invocation_id)

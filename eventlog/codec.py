@@ -25,9 +25,13 @@ Invariants:
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import gc
 import hashlib
 import struct
 import threading
+import uuid
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
@@ -286,10 +290,74 @@ def _pydantic_fields(value: Any) -> Any:
 _value_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 
 
+LOSSY_TYPES: Final = (
+    datetime.date,  # a naive datetime too (an aware one is kept: a msgpack timestamp)
+    datetime.time,
+    datetime.timedelta,
+    decimal.Decimal,
+    uuid.UUID,
+    set,
+    frozenset,
+)
+"""Values msgpack would hand back as another type (a str, a list): refused, not changed.
+Tuples are kept as lists (a sequence, as in JSON); dataclasses, msgspec Structs and Pydantic
+models as dicts of their fields (their structural form, which the frameworks validate back)."""
+
+
+def _find_lossy(value: Any, path: str) -> tuple[str, Any] | None:
+    """The path and value of the first :data:`LOSSY_TYPES` value in plain containers."""
+    if isinstance(value, LOSSY_TYPES):
+        aware = isinstance(value, datetime.datetime) and value.tzinfo is not None
+        if not aware:  # an aware datetime is a msgpack timestamp: the same instant comes back
+            return path, value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, LOSSY_TYPES):
+                return f"{path} key {k!r}", k
+            found = _find_lossy(v, _key_path(path, k))
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _find_lossy(v, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+_PLAIN: Final = frozenset({dict, list, tuple, str, int, float, bool, type(None), bytes})
+
+
+def _check_lossless(value: Any, path: str) -> None:
+    """Refuse a value that would not come back as it went in (a datetime as a str, a set as
+    a list): :class:`EncodingError` naming its path. A state of plain containers and scalars
+    is cleared level by level at C speed (``gc.get_referents``, types checked by ``map``);
+    anything else is walked in Python, down plain containers only."""
+    level = [value]
+    while level:
+        if not _PLAIN.issuperset(map(type, level)):
+            break
+        level = gc.get_referents(*level)
+    else:
+        return
+    found = _find_lossy(value, path)
+    if found is None:
+        return
+    where, bad = found
+    raise EncodingError(
+        f"cannot keep {where} (a {type(bad).__name__}, {bad!r}): msgpack would give it back as "
+        f"a {'list' if isinstance(bad, (set, frozenset)) else 'str'}, silently another type; "
+        "store it in a form that comes back as it is (an ISO 8601 str for a time, a str for "
+        "a Decimal or UUID, a sorted list for a set) and convert it when you load",
+        path=where,
+    )
+
+
 def encode_value(value: Any, path: str = "state") -> bytes:
-    """msgpack bytes of a state value; :class:`EncodingError` naming the path when impossible."""
+    """msgpack bytes of a state value; :class:`EncodingError` naming the path when impossible,
+    or when a value would come back as another type (:data:`LOSSY_TYPES`)."""
     try:
-        return _value_encoder.encode(value)
+        data = _value_encoder.encode(value)
     except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
         where, type_name = _find_unencodable(value, path, _value_encoder)
         raise EncodingError(
@@ -298,6 +366,8 @@ def encode_value(value: Any, path: str = "state") -> bytes:
             "Pydantic models: convert it, or store a reference to it instead",
             path=where,
         ) from e
+    _check_lossless(value, path)
+    return data
 
 
 class Serializer(Generic[T]):

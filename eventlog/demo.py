@@ -2,7 +2,9 @@
 
 ``python -m eventlog.demo --path DIR`` (what ``make demo`` runs):
 
-1. deletes ``DIR`` and starts a worker subprocess (``--worker``) that saves a record holding a
+1. replaces ``DIR`` only if it is missing, empty, or a log this demo made (it leaves a
+   ``.ckptlog-demo`` marker there; anything else is refused with exit status 2, nothing
+   deleted), then starts a worker subprocess (``--worker``) that saves a record holding a
    fan-out of ``--items`` instances (all not started), then computes each item and saves its
    result with ``save_instance`` under ``FanOutInternalSaveBatching(flush_every=256)``; at item
    ``--kill-at`` the worker kills itself with SIGKILL (no clean-up, no flush);
@@ -11,7 +13,8 @@
 3. checks that every item's result is present exactly once and correct, that no more than one
    batch of saves was lost, and that ``verify()`` is clean; prints what happened.
 
-Exit status 0 when every check passes, 1 otherwise.
+Exit status 0 when every check passes, 1 otherwise, 2 when DIR is not the demo's to replace.
+Progress bars (rich) are drawn only on a terminal: a log file of the run gets none.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
 from eventlog.checkpoints import CheckpointLog
+from eventlog.cli_render import ProgressBar
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -57,15 +62,37 @@ def work(item: int) -> int:
     return int.from_bytes(digest, "big")
 
 
-def progress(label: str, done: int, total: int) -> None:
-    """A one-line progress bar on stderr, redrawn in place with ``\\r``."""
-    width = 30
-    filled = width * done // total if total else width
-    bar = "#" * filled + "." * (width - filled)
-    sys.stderr.write(f"\r{label:<8} [{bar}] {done:>6,}/{total:,}")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+MARKER: Final = ".ckptlog-demo"  # in a DIR this demo made: it may replace that DIR
+
+
+class DirNotOurs(Exception):
+    """``--path`` holds something this demo did not make: it is not deleted."""
+
+
+def prepare_dir(path: str) -> None:
+    """Make ``path`` an empty directory holding the demo's marker, deleting a previous demo
+    run there; refuse (:class:`DirNotOurs`) anything else: the demo never deletes data it
+    did not write."""
+    p = Path(path)
+    if p.exists() or p.is_symlink():
+        if not p.is_dir() or p.is_symlink():
+            raise DirNotOurs(f"--path {path!r} exists and is not a directory; choose a new path")
+        entries = list(p.iterdir())
+        if entries:
+            if not (p / MARKER).is_file():
+                names = ", ".join(sorted(e.name for e in entries)[:5])
+                raise DirNotOurs(
+                    f"--path {path!r} is not empty ({names}) and is not a log this demo made "
+                    f"(no {MARKER} file in it): nothing was deleted; choose a new or empty path"
+                )
+            shutil.rmtree(p)
+    CheckpointLog.open(p).close()  # a new, empty log (creating one needs an empty directory)
+    (p / MARKER).write_text("made by python -m eventlog.demo; it may delete this directory\n")
+
+
+def progress(bar: ProgressBar, done: int, total: int) -> None:
+    """Progress on stderr: a rich bar on a terminal, nothing at all in a pipe or a file."""
+    bar(done, total)
 
 
 def start_record(items: int) -> CheckpointRecord:
@@ -92,6 +119,7 @@ def run_worker(path: str, items: int, kill_at: int) -> int:
     log = open_log(path)
     log.save(INVOCATION, start_record(items))
     started = time.perf_counter()
+    bar = ProgressBar("worker", unit="saves", stream=sys.stderr)
     for i in range(items):
         if i == kill_at:
             elapsed = time.perf_counter() - started
@@ -99,11 +127,12 @@ def run_worker(path: str, items: int, kill_at: int) -> int:
             # One write, so the parent sees the whole line or nothing.
             line = f"worker {i} {elapsed:.6f} {st.log_bytes} {st.frames_appended} {st.commits}\n"
             os.write(sys.stdout.fileno(), line.encode())
-            sys.stderr.write("\n")
+            bar.close()
             os.kill(os.getpid(), signal.SIGKILL)
         log.save_instance(INVOCATION, FAN_OUT, i, FanOutInstanceProgress("completed", work(i)))
         if i % PROGRESS_EVERY == 0:
-            progress("worker", i, items)
+            progress(bar, i, items)
+    bar.close()
     log.close()
     return 0  # only reached when kill_at >= items
 
@@ -177,13 +206,15 @@ def resume(path: str) -> Resume | None:
         results: list[Any] = [p.result if p.state == "completed" else None for p in instances]
         todo = [i for i, p in enumerate(instances) if p.state != "completed"]
         started = time.perf_counter()
+        bar = ProgressBar("resume", unit="saves", stream=sys.stderr)
         for n, i in enumerate(todo):
             results[i] = work(i)
             done = FanOutInstanceProgress("completed", results[i])
             log.save_instance(INVOCATION, FAN_OUT, i, done)
             if n % PROGRESS_EVERY == 0:
-                progress("resume", n, len(todo))
-        progress("resume", len(todo), len(todo))
+                progress(bar, n, len(todo))
+        progress(bar, len(todo), len(todo))
+        bar.close()
         final = CheckpointRecord(
             invocation_id=INVOCATION,
             correlation_id=CORRELATION,
@@ -281,7 +312,11 @@ def report(worker: WorkerRun, res: Resume, items: int, kill_at: int) -> None:
 
 
 def run_demo(path: str, items: int, kill_at: int) -> int:
-    shutil.rmtree(path, ignore_errors=True)
+    try:
+        prepare_dir(path)
+    except DirNotOurs as e:
+        print(f"demo: error: {e}", file=sys.stderr)
+        return 2
     worker = run_worker_process(path, items, kill_at)
     res = resume(path)
     if res is None:
@@ -298,7 +333,11 @@ def run_demo(path: str, items: int, kill_at: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--path", required=True, help="log directory (deleted first)")
+    parser.add_argument(
+        "--path",
+        required=True,
+        help="log directory: new, empty, or one this demo made (then it is replaced)",
+    )
     parser.add_argument("--items", type=int, default=ITEMS)
     parser.add_argument("--kill-at", type=int, default=KILL_AT)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -166,3 +166,11 @@ class InvalidCheckpoint(CheckpointError, ValueError):
 
 class InvalidPruneStrategy(CheckpointError, ValueError):
     """``prune(strategy=...)`` got a strategy other than ``keep_latest`` or ``delete``."""
+
+
+UnknownInvocation = NoSuchInvocation
+"""The name the library's read calls use (``record_at``, ``history``): the same class."""
+
+
+class SeqOutOfRange(CheckpointError, ValueError):
+    """A stream seq outside ``0..last_seq`` (0: before the first save) was asked for."""

@@ -47,6 +47,7 @@ import msgspec
 
 from eventlog import forensics as fx
 from eventlog.checkpoints import CheckpointLog
+from eventlog.cli_render import Style
 from eventlog.errors import CheckpointError
 from eventlog.frames import Save, Snapshot, Tombstone
 from eventlog.log import EventLog, Problem
@@ -830,7 +831,7 @@ class Viewer:
         from eventlog import cli  # noqa: PLC0415 - cli imports this module to register serve
 
         changes = fx.diff(self.cl, inv, a, b)
-        lines = cli.diff_lines(changes, cli.Style(False), full=True) or ["  (no changes)"]
+        lines = cli.diff_lines(changes, Style(False), full=True) or ["  (no changes)"]
         return {
             "invocation_id": inv,
             "from_seq": a,

@@ -38,7 +38,13 @@ from eventlog.checkpoints import (
     Checkpointer,
     CheckpointLog,
 )
-from eventlog.errors import EncodingError, InvalidRecord, InvalidStreamKey
+from eventlog.errors import (
+    EncodingError,
+    InvalidRecord,
+    InvalidStreamKey,
+    SeqOutOfRange,
+    UnknownInvocation,
+)
 from eventlog.frames import Event
 from eventlog.records import (
     NOT_STARTED,
@@ -355,7 +361,11 @@ def assert_history_consistent(cl: CheckpointLog, invocation_id: str) -> None:
     for e in hist:
         assert cl.record_at(invocation_id, e.seq) == e.record, f"record_at seq {e.seq}"
     if hist:
-        assert cl.record_at(invocation_id, len(hist) + 5) == hist[-1].record
+        with pytest.raises(SeqOutOfRange):  # past the end is an error, not the latest record
+            cl.record_at(invocation_id, len(hist) + 5)
+        with pytest.raises(SeqOutOfRange):
+            cl.record_at(invocation_id, -1)
+        assert cl.record_at(invocation_id, 0) is None  # before the first save
         assert cl.load(invocation_id) == hist[-1].record
     report = cl.verify()
     assert report.ok, str(report)
@@ -437,8 +447,10 @@ class CheckpointLogContract:
 
     def test_load_of_unknown_is_none(self, cl: CheckpointLog) -> None:
         assert cl.load("nobody") is None
-        assert cl.record_at("nobody", 1) is None
-        assert list(cl.history("nobody")) == []
+        with pytest.raises(UnknownInvocation, match="no invocation 'nobody'"):
+            cl.record_at("nobody", 1)
+        with pytest.raises(UnknownInvocation, match="no invocation 'nobody'"):
+            list(cl.history("nobody"))
         assert cl.list() == []
         cl.save("a", make_record("a"))
         assert cl.load("nobody") is None
@@ -552,7 +564,8 @@ class CheckpointLogContract:
     def test_delete_of_unknown_id_is_a_no_op(self, cl: CheckpointLog) -> None:
         cl.delete("ghost")
         assert cl.load("ghost") is None
-        assert list(cl.history("ghost")) == []
+        with pytest.raises(UnknownInvocation):  # a no-op writes no frame
+            list(cl.history("ghost"))
         cl.save("a", make_record("a"))
         cl.delete("a")
         cl.delete("a")  # already deleted: nothing more is logged
@@ -611,7 +624,8 @@ class CheckpointLogContract:
         )
         batched.flush()
         assert batched.load("a") is None
-        assert list(batched.history("a")) == []
+        with pytest.raises(UnknownInvocation):  # nothing was written
+            list(batched.history("a"))
         assert batched.stats().frames == 0
 
     def test_invalid_invocation_ids_are_rejected(self, cl: CheckpointLog) -> None:
@@ -726,7 +740,8 @@ class CheckpointLogContract:
         batched.save_fan_out_internal("new", make_record("new"))
         assert batched.load("new") is None
         assert batched.list() == []
-        assert batched.record_at("new", 1) is None
+        with pytest.raises(UnknownInvocation):  # not committed: no frame to read yet
+            batched.record_at("new", 1)
         batched.flush()
         assert batched.list() == [summary_of(make_record("new"))]
 
@@ -1121,10 +1136,17 @@ class CheckpointLogContract:
         with pytest.raises(InvalidRecord, match="no fan-out 'other'"):
             cl.pending_instances("a", "other", namespace=NS)
 
-    @pytest.mark.parametrize("seq", [0, -1, -2, -(2**70)], ids=["0", "-1", "-2", "-2**70"])
-    def test_record_at_before_the_first_seq_is_none(self, cl: CheckpointLog, seq: int) -> None:
+    def test_record_at_before_the_first_seq_is_none(self, cl: CheckpointLog) -> None:
         cl.save("a", make_record("a"))
-        assert cl.record_at("a", seq) is None
+        assert cl.record_at("a", 0) is None
+
+    @pytest.mark.parametrize("seq", [-1, -2, -(2**70), 2, 999, True, "1"])
+    def test_record_at_outside_the_stream_raises(self, cl: CheckpointLog, seq: object) -> None:
+        """The API answers as the CLI does: a seq the stream does not have is an error, never
+        ``None`` (before the first save) or the latest record."""
+        cl.save("a", make_record("a"))
+        with pytest.raises(SeqOutOfRange, match=r"outside 'a', whose seqs run 1\.\.1"):
+            cl.record_at("a", seq)  # type: ignore[arg-type]
 
     def test_saves_from_many_threads(self, opener: Opener) -> None:
         cl = opener(batching=FanOutInternalSaveBatching(flush_every=5))
@@ -1336,7 +1358,8 @@ class CheckpointerContract:
             again = make_record("a", at=3.0)
             await cp.save("a", again)
             assert await cp.load("a") == again
-            assert list(cp.sync.history("ghost")) == []
+            with pytest.raises(UnknownInvocation):  # the no-op wrote nothing
+                list(cp.sync.history("ghost"))
 
         self.run(tmp_path, body)
 

@@ -79,7 +79,8 @@ def assert_compacted(src: CheckpointLog, dest: CheckpointLog, pol: forensics.Pol
         assert dest.load(stream) == src.load(stream), stream
         original = list(src.history(stream))
         want = expected_history(original, pol)
-        got = list(dest.history(stream))
+        # A stream compaction dropped (deleted, under heads) has no frames: history() raises.
+        got = list(dest.history(stream)) if dest.log.last_seq(stream) else []
         assert got == want, f"{stream}: kept {len(got)} of {len(original)}, expected {len(want)}"
         for e in got:
             assert dest.record_at(stream, e.seq) == e.record

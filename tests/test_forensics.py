@@ -189,6 +189,8 @@ def test_replay_diffs_equal_record_diffs(data: st.DataObject) -> None:
                 cl.delete("inv")
             else:
                 save_kind(cl, kind, r)
+        if not cl.log.last_seq("inv"):
+            return  # only deletes of an unknown id: nothing was written
         records = [e.record for e in cl.history("inv")]
         steps = list(cl.replay("inv"))
         assert [s.record for s in steps] == records
