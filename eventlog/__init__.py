@@ -17,6 +17,7 @@ from eventlog.errors import (
     CompactionError,
     CorruptFrame,
     DamagedRowSkipped,
+    DirNotOurs,
     EncodingError,
     FlushFailed,
     FrameTooLarge,
@@ -41,6 +42,7 @@ from eventlog.errors import (
     StorageFull,
     UnknownInvocation,
     UnsupportedFormat,
+    UnsupportedStream,
     WriterFailed,
 )
 from eventlog.records import (
@@ -83,6 +85,7 @@ __all__ = [
     "CompactionError",
     "CorruptFrame",
     "DamagedRowSkipped",
+    "DirNotOurs",
     "EnclosingFanOutInstance",
     "EncodingError",
     "EventLog",
@@ -123,6 +126,7 @@ __all__ = [
     "StorageFull",
     "UnknownInvocation",
     "UnsupportedFormat",
+    "UnsupportedStream",
     "VerifyReport",
     "WriterFailed",
 ]

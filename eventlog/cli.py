@@ -868,7 +868,7 @@ def _history_rows(
             before = v.view
             yield HistoryRow(
                 v.seq, v.saved_at, gap, v.kind, f"{v.kind} {v.label}".strip(),
-                fx._frame_type(v.frame), v.stored_bytes, made_by, None, {}, doc, None, changed,
+                fx.frame_type(v.frame), v.stored_bytes, made_by, None, {}, doc, None, changed,
             )  # fmt: skip
         return
     positions = 0
@@ -1365,7 +1365,7 @@ def _export_docs(
             if v.seq < from_seq or (to_seq is not None and v.seq > to_seq):
                 continue
             doc = _export_head(stream, v.seq, v.global_seq, v.saved_at, v.kind, v.checksum)
-            doc["frame"] = fx._frame_type(v.frame)
+            doc["frame"] = fx.frame_type(v.frame)
             if fmt == "jsonl-frames":
                 doc["content"] = fx.frame_content(v.frame)
             else:
@@ -1515,7 +1515,7 @@ def _search_items(ctx: Ctx, stream: str) -> Iterator[tuple[int, float, str, Any]
             continue
         frame = item.frame
         content = fx.plain(fx.frame_content(frame))
-        yield item.seq, fx.frame_saved_at(frame), fx._frame_kind(frame), content
+        yield item.seq, fx.frame_saved_at(frame), fx.frame_kind(frame), content
 
 
 def _found_in(text: str, content: Any, path: str = "") -> str | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from eventlog import forensics as fx
-from eventlog.errors import CheckpointError
+from eventlog.errors import CheckpointError, UnsupportedStream
 from eventlog.frames import BLOB_EMPTY, Event, LgBlob, LgCheckpoint, LgRemove, LgWrites
 from eventlog.integrations.langgraph_store import BlobReader, parse_stream_key, stream_key
 
@@ -44,11 +44,6 @@ TECHREVATI: Final = "techrevati"
 APFLOW: Final = "apflow"
 TR_PREFIX: Final = "techrevati:"
 AP_PREFIX: Final = "apflow:"
-
-
-class UnsupportedStream(CheckpointError):
-    """A stream whose frames the command line cannot turn into a view (application events
-    only, or an integration it does not know)."""
 
 
 def stream_type(name: str) -> str | None:
@@ -219,7 +214,7 @@ def langgraph_views(log: EventLog, stream: str) -> Iterator[View | fx.Unreadable
             n = "all" if ids is None else f"{len(ids):,}"
             kind, label, ref = "remove", f"{n} checkpoint(s) removed ({frame.reason})", None
         else:
-            kind, label, ref = fx._frame_kind(frame), type(frame).__name__, None
+            kind, label, ref = fx.frame_kind(frame), type(frame).__name__, None
         yield View(
             item.seq, item.global_seq, fx.frame_saved_at(frame), kind, label, ref, node,
             item.stored_bytes, item.checksum, frame, current,

@@ -328,7 +328,7 @@ def _find_lossy(value: Any, path: str) -> tuple[str, Any] | None:
 _PLAIN: Final = frozenset({dict, list, tuple, str, int, float, bool, type(None), bytes})
 
 
-def _check_lossless(value: Any, path: str) -> None:
+def check_lossless(value: Any, path: str) -> None:
     """Refuse a value that would not come back as it went in (a datetime as a str, a set as
     a list): :class:`EncodingError` naming its path. A state of plain containers and scalars
     is cleared level by level at C speed (``gc.get_referents``, types checked by ``map``);
@@ -366,7 +366,7 @@ def encode_value(value: Any, path: str = "state") -> bytes:
             "Pydantic models: convert it, or store a reference to it instead",
             path=where,
         ) from e
-    _check_lossless(value, path)
+    check_lossless(value, path)
     return data
 
 

@@ -36,6 +36,7 @@ import msgspec
 
 from eventlog.checkpoints import CheckpointLog
 from eventlog.cli_render import ProgressBar
+from eventlog.errors import DirNotOurs
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -63,10 +64,6 @@ def work(item: int) -> int:
 
 
 MARKER: Final = ".ckptlog-demo"  # in a DIR this demo made: it may replace that DIR
-
-
-class DirNotOurs(Exception):
-    """``--path`` holds something this demo did not make: it is not deleted."""
 
 
 def prepare_dir(path: str) -> None:

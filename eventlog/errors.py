@@ -174,3 +174,12 @@ UnknownInvocation = NoSuchInvocation
 
 class SeqOutOfRange(CheckpointError, ValueError):
     """A stream seq outside ``0..last_seq`` (0: before the first save) was asked for."""
+
+
+class UnsupportedStream(CheckpointError):
+    """A stream whose frames the command line cannot turn into a view (application events
+    only, or an integration it does not know)."""
+
+
+class DirNotOurs(CheckpointError):
+    """The demo's ``--path`` holds something the demo did not make: it is not deleted."""

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Final, NoReturn
 
 import msgspec
 
-from eventlog.codec import enc_hook, encode_value
+from eventlog.codec import check_lossless, enc_hook, encode_value
 from eventlog.errors import EncodingError, InvalidRecord
 from eventlog.records import FanOutInstanceProgress
 
@@ -441,10 +441,12 @@ def encode_progress(progress: FanOutInstanceProgress, index: int) -> bytes:
     """The msgpack bytes of a checked instance progress, as its row and frames store it;
     :class:`EncodingError` naming ``instances[index].result`` when its result does not encode."""
     try:
-        return _progress_encoder.encode(progress)
+        raw = _progress_encoder.encode(progress)
     except (TypeError, ValueError, OverflowError, NotImplementedError):
         check_result(progress.result, f"instances[{index}].result")  # raises, naming the path
         raise
+    check_lossless(progress.result, f"instances[{index}].result")
+    return raw
 
 
 _progress_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)

@@ -26,7 +26,7 @@ from eventlog.forensics.common import (
     Records,
 )
 from eventlog.forensics.walker import (
-    _frame_kind,
+    frame_kind,
     frame_saved_at,
 )
 from eventlog.frames import (
@@ -218,7 +218,7 @@ class _Compactor:
             view = views.claiming(s.name, frame)
             if view is None and not isinstance(frame, Event):
                 raise CompactionError(
-                    f"stream {s.name!r} holds {_frame_kind(frame)} frames, which no registered "
+                    f"stream {s.name!r} holds {frame_kind(frame)} frames, which no registered "
                     "view (eventlog.views.REGISTRY) claims, so compaction cannot rebuild their "
                     "rows; register the view, or use its own retention for this log"
                 )

@@ -20,7 +20,7 @@ from eventlog.forensics.queries import last_seq
 from eventlog.forensics.walker import (
     Step,
     Unreadable,
-    _frame_type,
+    frame_type,
     walk,
 )
 from eventlog.frames import (
@@ -152,7 +152,7 @@ def record_content(record: CheckpointRecord) -> Any:
 
 def frame_content(frame: Any) -> dict[str, Any]:
     """A frame as JSON-ready data, with its msgpack-encoded states decoded."""
-    out: dict[str, Any] = {"type": _frame_type(frame)}
+    out: dict[str, Any] = {"type": frame_type(frame)}
     for name in frame.__struct_fields__:
         value = getattr(frame, name)
         if name in ("state", "parent_states") and isinstance(value, bytes):

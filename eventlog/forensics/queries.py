@@ -17,9 +17,9 @@ from eventlog.forensics.common import (
 )
 from eventlog.forensics.walker import (
     Step,
-    _frame_kind,
-    _frame_type,
+    frame_kind,
     frame_saved_at,
+    frame_type,
     walk,
 )
 from eventlog.frames import (
@@ -183,8 +183,8 @@ def scan_entry(sf: StoredFrame[Any]) -> ScanEntry:
         invocation_id=sf.stream,
         seq=sf.seq,
         saved_at=frame_saved_at(frame),
-        kind=_frame_kind(frame),
-        frame=_frame_type(frame),
+        kind=frame_kind(frame),
+        frame=frame_type(frame),
         stored_bytes=sf.stored_bytes,
         checksum=sf.checksum.hex(),
         state_changed=state_changed,

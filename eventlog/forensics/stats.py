@@ -18,7 +18,7 @@ from eventlog.forensics.common import (
     _dec_row,
 )
 from eventlog.forensics.walker import (
-    _frame_kind,
+    frame_kind,
     frame_saved_at,
 )
 from eventlog.layout import LOG, META, STREAM_NAMES, STREAMS, U64, U64X2
@@ -151,7 +151,7 @@ def _last_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int) -> tuple[str, f
         _, frame = log.decode_envelope(data)
     except CheckpointError:
         return "unreadable", None
-    return _frame_kind(frame), frame_saved_at(frame)
+    return frame_kind(frame), frame_saved_at(frame)
 
 
 def _sort_time(t: float | None) -> float:

@@ -83,7 +83,7 @@ def _other_name(frame: Any) -> str:
     return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
-def _frame_kind(frame: Any) -> str:
+def frame_kind(frame: Any) -> str:
     if isinstance(frame, Tombstone):
         return "delete"
     if isinstance(frame, (Save, Snapshot)):
@@ -91,7 +91,7 @@ def _frame_kind(frame: Any) -> str:
     return _other_name(frame)
 
 
-def _frame_type(frame: Any) -> str:
+def frame_type(frame: Any) -> str:
     if isinstance(frame, Save):
         return "delta"
     if isinstance(frame, Snapshot):
@@ -290,8 +290,8 @@ def walk(
             # Application events and other integrations' frames: shown, never folded.
             if item.seq >= from_seq:
                 yield Step(
-                    item.seq, item.global_seq, frame_saved_at(frame), _frame_kind(frame),
-                    _frame_type(frame), item.stored_bytes, item.checksum, frame, None,
+                    item.seq, item.global_seq, frame_saved_at(frame), frame_kind(frame),
+                    frame_type(frame), item.stored_bytes, item.checksum, frame, None,
                 )  # fmt: skip
             continue
         if item.seq == start and start > 1 and not isinstance(frame, Snapshot):
@@ -304,7 +304,7 @@ def walk(
                 continue
             if lost[0] <= lost[1] and lost[1] >= from_seq:
                 yield _unrebuildable(
-                    stream, lost, f"the fold resumes at the {_frame_type(frame)} at seq {item.seq}"
+                    stream, lost, f"the fold resumes at the {frame_type(frame)} at seq {item.seq}"
                 )
             lost = None
             resumed = True
@@ -319,7 +319,7 @@ def walk(
             cnt = instance_counts(head)
         if visible:
             yield Step(
-                item.seq, item.global_seq, frame.saved_at, _frame_kind(frame), _frame_type(frame),
+                item.seq, item.global_seq, frame.saved_at, frame_kind(frame), frame_type(frame),
                 item.stored_bytes, item.checksum, frame, head, dict(cnt) if counts else {}, diff,
                 resumed,
             )  # fmt: skip
