@@ -282,16 +282,19 @@ class TestLmdbBackend(BackendContract):
                 txn.put("a", b"k", b"never committed")
                 pid = os.fork()
                 if pid == 0:
+                    os.write(1, b"child\\n")  # past the at-fork hook: its copy is closed
                     time.sleep(60)
                     os._exit(0)
-                print(pid, flush=True)
+                os.write(1, b"%d\\n" % pid)  # one write each: the lines never interleave
                 time.sleep(60)
         """
         proc = subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, cwd=REPO
         )
         assert proc.stdout is not None
-        child = int(proc.stdout.readline())
+        lines = sorted(proc.stdout.readline().strip() for _ in range(2))  # both have forked
+        assert lines[1] == b"child", lines
+        child = int(lines[0])
         try:
             proc.kill()  # dies inside its write transaction, holding the lock
             proc.wait(timeout=CHILD_WAIT_S)
