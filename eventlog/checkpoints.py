@@ -40,7 +40,7 @@ import msgspec
 
 from backends.base import Backend, Durability, WriteTxn
 from eventlog.codec import encode_value
-from eventlog.errors import DamagedRowSkipped, InvalidRecord, InvalidStreamKey
+from eventlog.errors import DamagedRow, DamagedRowSkipped, InvalidRecord, InvalidStreamKey
 from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, Save, Tombstone
 from eventlog.log import Appended, DeferredFrame, EventLog, Stats, VerifyReport, stream_key_bytes
 from eventlog.materialized import (
@@ -60,6 +60,7 @@ from eventlog.materialized import (
     write_save,
     write_snapshot_mark,
 )
+from eventlog.open_options import check_batching
 from eventlog.records import (
     CheckpointFilter,
     CheckpointRecord,
@@ -359,6 +360,15 @@ class _Hooks:
         self.owner._rejected.clear()
 
 
+def damaged_row(invocation_id: str, error: Exception, doing: str) -> DamagedRow:
+    return DamagedRow(
+        f"{invocation_id!r}: its materialized head row does not decode ({error}), so "
+        f"{doing} failed; expected a row this version wrote. The frames are intact: "
+        "record_at()/history() still read them, verify() reports the damage, and delete() "
+        "removes the invocation (or restore the log from a backup)"
+    )
+
+
 class CheckpointLog:
     """Checkpoint records on an :class:`EventLog`. Thread-safe; every method is synchronous."""
 
@@ -370,6 +380,7 @@ class CheckpointLog:
         *,
         batching: FanOutInternalSaveBatching | None = None,
     ) -> None:
+        check_batching("CheckpointLog", batching)
         self.log = log
         self.batching = batching
         self._flush_every = batching.flush_every if batching is not None else 0
@@ -399,6 +410,7 @@ class CheckpointLog:
         **options: Any,
     ) -> CheckpointLog:
         """Open (or create) the checkpoint log in directory ``path``."""
+        check_batching(f"opening {os.fspath(path)!r}", batching)
         log = EventLog.open(
             path, durability=durability, readonly=readonly, extra_tables=TABLES, **options
         )
@@ -421,7 +433,10 @@ class CheckpointLog:
     ) -> tuple[Head | None, HeadRow | None]:
         self._sids[stream] = sid
         self._touched.add(stream)
-        row = read_row(txn, sid)
+        try:
+            row = read_row(txn, sid)
+        except msgspec.DecodeError as e:
+            raise damaged_row(stream, e, "saving to it") from e
         if row is None:
             self._cache.pop(stream, None)
             return None, None
@@ -600,6 +615,14 @@ class CheckpointLog:
     def _load(self, invocation_id: str, rows_max: int | None) -> CheckpointRecord | _TooBig | None:
         """:meth:`load`, or :data:`TOO_BIG` (nothing decoded) when rebuilding the head would
         read more than ``rows_max`` rows or state bytes over ``rows_max`` KiB."""
+        try:
+            return self._load_rows(invocation_id, rows_max)
+        except msgspec.DecodeError as e:
+            raise damaged_row(invocation_id, e, "loading it") from e
+
+    def _load_rows(
+        self, invocation_id: str, rows_max: int | None
+    ) -> CheckpointRecord | _TooBig | None:
         with self.log.backend.read() as txn:
             sid = self.log._stream_id(txn, invocation_id)
             if sid is None:
@@ -636,7 +659,10 @@ class CheckpointLog:
         key = (fan_out_node_name, tuple(namespace), lineage_from(lineage))
         with self.log.backend.read() as txn:
             sid = self.log._stream_id(txn, invocation_id)
-            row = None if sid is None else read_row(txn, sid)
+            try:
+                row = None if sid is None else read_row(txn, sid)
+            except msgspec.DecodeError as e:
+                raise damaged_row(invocation_id, e, "reading its fan-outs") from e
             if sid is None or row is None:
                 return None
             for hd in row.layout:
@@ -744,6 +770,7 @@ class CheckpointLog:
         (head, state, positions, fan-out rows, indexes) equals the fold of its frames."""
         from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
 
+        self.log._check_readable("verify")  # (forensics.verify reports errors as problems)
         return forensics.verify(self, progress, rows_progress)
 
     # -- forensics (eventlog/forensics.py) -------------------------------------------------------

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import sys
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
@@ -281,10 +282,22 @@ def _pydantic_fields(value: Any) -> Any:
 _value_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 
 
+def too_deep(path: str, error: RecursionError) -> EncodingError:
+    """A value nested deeper than the encoder's recursion limit, or one that contains itself."""
+    return EncodingError(
+        f"cannot encode {path}: expected a value nested less than about "
+        f"{sys.getrecursionlimit()} levels deep, found a deeper one or one that contains "
+        f"itself ({error}); nothing was saved: flatten it, or break the cycle",
+        path=path,
+    )
+
+
 def encode_value(value: Any, path: str = "state") -> bytes:
     """msgpack bytes of a state value; :class:`EncodingError` naming the path when impossible."""
     try:
         return _value_encoder.encode(value)
+    except RecursionError as e:
+        raise too_deep(path, e) from None
     except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
         where, type_name = _find_unencodable(value, path, _value_encoder)
         raise EncodingError(
@@ -305,6 +318,8 @@ class Serializer(Generic[T]):
     def encode(self, value: T) -> bytes:
         try:
             return self._enc.encode(value)
+        except RecursionError as e:
+            raise too_deep("frame", e) from None
         except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
             where, type_name = _find_unencodable(value, "frame", self._enc)
             raise EncodingError(

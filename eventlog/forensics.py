@@ -40,6 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
+from backends import lmdb_meta
 from backends.base import ReadTxn, WriteTxn
 from eventlog.codec import ZERO_CHECKSUM, Compressor, Serializer, read_header, seal
 from eventlog.errors import CheckpointError, CorruptFrame, NotALog, UnsupportedFormat
@@ -54,7 +55,6 @@ from eventlog.frames import (
     Tombstone,
 )
 from eventlog.log import (
-    CORE_TABLES,
     LOG,
     META,
     READ_CHUNK_FRAMES,
@@ -75,7 +75,6 @@ from eventlog.materialized import (
     HEADS,
     POSITIONS,
     SNAPSHOTS,
-    TABLES,
     HeadRow,
     last_snapshot_at_or_before,
     read_row,
@@ -1707,27 +1706,6 @@ def _byte_order(meta_page: bytes) -> str | None:
     return None
 
 
-def _probe(path: str, options: dict[str, Any]) -> int | None:
-    """Walk every table in a forked child; the signal that killed it (SIGBUS: a page past
-    the end of a truncated file), or ``None`` when the walk finished."""
-    from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
-
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child; its outcome is the exit status
-        code = 0
-        try:
-            cl = CheckpointLog.open(path, readonly=True, **options)
-            with cl.log.backend.read() as txn:
-                for table in (*CORE_TABLES, *TABLES):
-                    for _ in txn.scan(table):
-                        pass
-        except BaseException:  # noqa: BLE001 - any error is the parent's to report, not a crash
-            code = 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-
-
 class Opened:
     """A checkpoint log opened read-only for forensics, with storage-level problems found
     on the way (a truncated ``data.mdb`` is read from a zero-filled private copy)."""
@@ -1754,10 +1732,10 @@ class Opened:
 def open_readonly(path: str | os.PathLike[str], *, probe: bool = True, **options: Any) -> Opened:
     """Open the log at ``path`` read-only, never crashing on a truncated ``data.mdb``.
 
-    When the file is shorter than its newest LMDB transaction says, a forked child first
-    walks every table (``probe``); if reading kills it, the file really is truncated, and
-    the log is read from a private copy whose missing tail is zero-filled, so every reader
-    sees damaged pages as errors (reported) rather than dying of SIGBUS.
+    When the file is shorter than its newest LMDB transaction says (which the library
+    refuses with :class:`~eventlog.errors.DamagedLog` rather than map it), the log is read
+    from a private copy whose missing tail is zero-filled, so every reader sees damaged pages
+    as errors (reported) rather than dying of SIGBUS. ``probe`` is accepted and ignored.
     """
     from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
 
@@ -1770,22 +1748,21 @@ def open_readonly(path: str | os.PathLike[str], *, probe: bool = True, **options
     check = data_file_check(location)
     problems: list[Problem] = []
     copy_dir: str | None = None
-    if check is not None and check.short and probe and hasattr(os, "fork"):
-        sig = _probe(location, options)
-        if sig is not None:
-            missing = check.used_bytes - check.file_bytes
-            problems.append(
-                Problem(
-                    "truncated",
-                    f"{check.path} is {check.file_bytes:,} bytes, but its last transaction "
-                    f"(txn {check.txn_id}) uses {check.used_bytes:,}: the last "
-                    f"{missing:,} bytes ({-(-missing // check.page_bytes)} pages) are missing "
-                    f"and reading them killed a probe reader ({signal_name(sig)}); read from "
-                    "a copy with them zero-filled: what they held is reported unreadable. "
-                    "Restore the file from a backup",
-                )
+    state = lmdb_meta.read_state(os.path.join(location, DATA_FILE), lock=False)
+    if check is not None and state is not None and state.truncated() is not None:
+        # A used page lies past the end: the library refuses to map it (DamagedLog).
+        missing = check.used_bytes - check.file_bytes
+        problems.append(
+            Problem(
+                "truncated",
+                f"{check.path} is {check.file_bytes:,} bytes, but its last transaction "
+                f"(txn {check.txn_id}) uses {check.used_bytes:,}: the last "
+                f"{missing:,} bytes ({-(-missing // check.page_bytes)} pages) are missing; "
+                "read from a copy with them zero-filled: what they held is reported "
+                "unreadable. Restore the file from a backup",
             )
-            copy_dir = _zero_filled_copy(check)
+        )
+        copy_dir = _zero_filled_copy(check)
     try:
         log = CheckpointLog.open(copy_dir or location, readonly=True, **options)
     except BaseException:

@@ -323,6 +323,18 @@ class EventLog:
             MAP_SIZE_MAX,
             LmdbBackend,
         )
+        from eventlog.open_options import check_open_options, keyword_names  # noqa: PLC0415
+
+        check_open_options(
+            f"opening {os.fspath(path)!r}",
+            {
+                "readonly": readonly,
+                "map_size_max": map_size_max,
+                "map_size_initial": map_size_initial,
+                **options,
+            },
+            (*keyword_names(cls.__init__), "readonly", "map_size_max", "map_size_initial"),
+        )
 
         backend = LmdbBackend(
             path,
@@ -1068,7 +1080,15 @@ class EventLog:
         """Check every checksum, chain link, seq and index entry; report, never repair."""
         from eventlog.verify import verify_log  # noqa: PLC0415 - verify.py imports this module
 
+        self._check_readable("verify")
         return verify_log(self, progress)
+
+    def _check_readable(self, what: str) -> None:
+        if self._closed:
+            raise LogClosed(
+                f"{what} after close: the log at {self.backend.location!r} is closed; "
+                "open it again to read it"
+            )
 
     # -- closing -------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Final, NoReturn
 
 import msgspec
 
-from eventlog.codec import enc_hook, encode_value
+from eventlog.codec import enc_hook, encode_value, too_deep
 from eventlog.errors import EncodingError, InvalidRecord
 from eventlog.records import FanOutInstanceProgress
 
@@ -442,6 +442,8 @@ def encode_progress(progress: FanOutInstanceProgress, index: int) -> bytes:
     :class:`EncodingError` naming ``instances[index].result`` when its result does not encode."""
     try:
         return _progress_encoder.encode(progress)
+    except RecursionError as e:
+        raise too_deep(f"instances[{index}].result", e) from None
     except (TypeError, ValueError, OverflowError, NotImplementedError):
         check_result(progress.result, f"instances[{index}].result")  # raises, naming the path
         raise
