@@ -9,7 +9,8 @@ kills the process with SIGBUS), and a zero-filled private copy to read such a fi
 
 Invariants:
 - Nothing here writes to the log it reads. :func:`compact` writes only to DEST, a new log; the
-  source is never modified, and a failed compaction removes the DEST it created.
+  source is never modified, and DEST appears whole or not at all (a killed compaction leaves
+  only a hidden ``.DEST.compacting-*`` sibling; running it again works).
 - Strict readers raise :class:`~eventlog.errors.CorruptFrame` at the first damaged frame.
   Tolerant readers (``tolerant=True``) never stop at damage: they yield :class:`Unreadable`
   markers naming each seq they could not read or rebuild, and resume folding at the next
@@ -1564,18 +1565,20 @@ def compact(
     whole. Each kept invocation starts with a snapshot of its first kept save that names the
     original seq and checksum it stands for; the saves after it keep their stored bytes.
     Heads are re-materialized, so ``load``/``list``/``verify`` work on the new log at once.
-    The source is only read; on failure the partial DEST is removed.
+    The source is only read; DEST appears whole (built under a hidden name, then renamed).
     """
     from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415 - checkpoints imports us
 
     pol = policy(keep, last_n, since)
     path = check_dest(dest, cl.log.backend.location)
-    existed = path.exists()
+    # Built under a hidden sibling name and renamed into place whole, so a compaction that
+    # is killed leaves DEST as it was (absent or empty) and running it again just works.
+    building = path.parent / f".{path.name}.compacting-{os.getpid()}-{time.monotonic_ns()}"
     started = time.perf_counter()
     report = CompactReport(cl.log.backend.location, str(path), str(pol))
     try:
         out = CheckpointLog.open(
-            path,
+            building,
             durability="process",
             chain_key=cl.log._chain_key,
             compress_threshold_bytes=int(cl.log._settings["compress_threshold_bytes"]),
@@ -1591,15 +1594,10 @@ def compact(
             report.dest_bytes = out.log.backend.size_bytes()
         finally:
             out.close()
+        check_dest(dest, cl.log.backend.location)  # still absent or empty
+        os.replace(building, path)  # (an empty directory is replaced)
     except BaseException:
-        if not existed:
-            shutil.rmtree(path, ignore_errors=True)
-        else:  # an empty directory we were given: empty it again
-            for child in path.iterdir():
-                if child.is_dir():
-                    shutil.rmtree(child)
-                else:
-                    child.unlink()
+        shutil.rmtree(building, ignore_errors=True)
         raise
     report.source_bytes = cl.log.backend.size_bytes()
     report.seconds = time.perf_counter() - started

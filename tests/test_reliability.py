@@ -13,6 +13,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ def make_log(path: Path, saves: int = 12) -> None:
 
 OPEN_TRUNCATED = """
 import sys
+import time
 from eventlog.checkpoints import CheckpointLog
 from eventlog.errors import DamagedLog
 for readonly in (True, False):
@@ -330,3 +332,38 @@ def test_a_file_short_only_by_unused_pages_opens(tmp_path: Path) -> None:
         with CheckpointLog.open(path, readonly=readonly) as log:
             assert log.load("inv") == record(seq=11)
             assert log.verify().ok
+
+
+# -- compaction killed midway -------------------------------------------------------------------
+
+COMPACT = """
+import sys
+import time
+from eventlog.checkpoints import CheckpointLog
+with CheckpointLog.open(sys.argv[1], readonly=True) as log:
+    log.compact(sys.argv[2])
+"""
+
+
+def test_a_killed_compaction_leaves_no_dest_and_runs_again(tmp_path: Path) -> None:
+    """A compaction killed midway left a DEST holding frames but no heads, which the next
+    compaction to the same DEST refused; DEST now appears whole or not at all."""
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    with CheckpointLog.open(src, durability="process") as log:
+        for i in range(20_000):
+            inv = f"inv-{i % 40}"
+            log.save(inv, CheckpointRecord(inv, "c", {"i": i}, (), (), 1.0))
+        heads = {s.invocation_id: log.load(s.invocation_id) for s in log.list()}
+    proc = subprocess.Popen([sys.executable, "-c", COMPACT, str(src), str(dest)])
+    try:
+        while proc.poll() is None and not list(tmp_path.glob(".dest.compacting-*/data.mdb")):
+            time.sleep(0.001)  # until the compaction is writing
+    finally:
+        proc.kill()
+    assert proc.wait() == -9, "the compaction finished before it could be killed"
+    assert not dest.exists()
+    with CheckpointLog.open(src, readonly=True) as log:
+        log.compact(dest)
+    with CheckpointLog.open(dest, readonly=True) as out:
+        assert {s.invocation_id: out.load(s.invocation_id) for s in out.list()} == heads
+        assert out.verify().ok
