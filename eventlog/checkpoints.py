@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 
 from backends.base import Backend, Durability, WriteTxn
+from eventlog import arguments as args
 from eventlog.codec import encode_value
 from eventlog.errors import DamagedRow, DamagedRowSkipped, InvalidRecord, InvalidStreamKey
 from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, Save, Tombstone
@@ -593,12 +594,14 @@ class CheckpointLog:
 
     def delete(self, invocation_id: str) -> None:
         """Forget ``invocation_id`` (a tombstone is logged; its history stays for audit)."""
+        args.stream_id("invocation_id", invocation_id)
         self.log.append(invocation_id, self._delete_frame(invocation_id))
 
     # -- reading -------------------------------------------------------------------------------
 
     def load(self, invocation_id: str) -> CheckpointRecord | None:
         """The latest committed record of ``invocation_id``, or ``None``."""
+        args.stream_id("invocation_id", invocation_id)
         record = self._load(invocation_id, None)
         assert not isinstance(record, _TooBig)  # only with a bound
         return record
@@ -607,6 +610,7 @@ class CheckpointLog:
         """:meth:`load` for a coroutine. A small record loads on the event loop's thread (the
         read costs less than a thread hop); one with many positions or fan-out instances, or
         a large state, loads on a worker thread, so the loop is never held for long."""
+        args.stream_id("invocation_id", invocation_id)
         record = self._load(invocation_id, INLINE_LOAD_ROWS_MAX)
         if isinstance(record, _TooBig):
             return await asyncio.to_thread(self.load, invocation_id)
@@ -656,6 +660,9 @@ class CheckpointLog:
         key scan plus a list as long as what is left. ``None`` when nothing is saved for
         ``invocation_id``; :class:`InvalidRecord` when its head has no such fan-out.
         """
+        args.stream_id("invocation_id", invocation_id)
+        args.stream_id("fan_out_node_name", fan_out_node_name)
+        args.strings("namespace", namespace)
         key = (fan_out_node_name, tuple(namespace), lineage_from(lineage))
         with self.log.backend.read() as txn:
             sid = self.log._stream_id(txn, invocation_id)
@@ -682,6 +689,7 @@ class CheckpointLog:
         skipped with a :class:`~eventlog.errors.DamagedRowSkipped` warning naming it: one
         damaged invocation never hides the others. ``verify()`` reports it; ``delete()`` works.
         """
+        args.checkpoint_filter(filter)
         rows: list[HeadRow] = []
         damaged: list[int] = []
         with self.log.backend.read() as txn:
@@ -729,6 +737,10 @@ class CheckpointLog:
         ``since <= saved_at < until`` and ``kinds`` (save kinds and ``"delete"``) filter what
         is yielded (eventlog.forensics); the fold still reads the whole stream.
         """
+        args.stream_id("invocation_id", invocation_id)
+        args.timestamp("since", since, optional=True)
+        args.timestamp("until", until, optional=True)
+        args.strings("kinds", kinds, optional=True)
         if since is not None or until is not None or kinds is not None:
             from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
 
@@ -748,6 +760,8 @@ class CheckpointLog:
 
     def record_at(self, invocation_id: str, seq: int) -> CheckpointRecord | None:
         """The record as of stream seq ``seq`` (``None`` if deleted or not yet saved then)."""
+        args.stream_id("invocation_id", invocation_id)
+        args.seq("seq", seq)
         if seq < 1:
             return None  # before the first frame nothing was saved
         with self.log.backend.read() as txn:
@@ -777,12 +791,17 @@ class CheckpointLog:
 
     def record_as_of(self, invocation_id: str, timestamp: float) -> CheckpointRecord | None:
         """The record as it stood at ``timestamp`` (after the newest save stamped <= it)."""
+        args.stream_id("invocation_id", invocation_id)
+        args.timestamp("timestamp", timestamp)
         from eventlog import forensics  # noqa: PLC0415
 
         return forensics.record_as_of(self, invocation_id, timestamp)
 
     def diff(self, invocation_id: str, seq_a: int, seq_b: int) -> RecordDiff:
         """What changed from stream seq ``seq_a`` to ``seq_b`` (0: before the first save)."""
+        args.stream_id("invocation_id", invocation_id)
+        args.seq("seq_a", seq_a)
+        args.seq("seq_b", seq_b)
         from eventlog import forensics  # noqa: PLC0415
 
         return forensics.diff(self, invocation_id, seq_a, seq_b)

@@ -147,8 +147,8 @@ def check_positions(ps: Any, path: str, start: int = 0) -> None:
         return
     try:
         msgspec.convert(ps[start:] if start else ps, _POSITIONS, from_attributes=True, strict=True)
-    except msgspec.ValidationError as e:
-        error: msgspec.ValidationError | None = e
+    except (msgspec.ValidationError, UnicodeEncodeError) as e:  # (a lone surrogate in a str)
+        error: Exception | None = e
     else:
         error = None
         if not any(issubclass(t, Mapping) for t in set(map(type, ps))):

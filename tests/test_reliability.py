@@ -24,6 +24,7 @@ import pytest
 from backends import lmdb as lmdb_backend
 from backends.lmdb_meta import read_state
 from eventlog import (
+    CheckpointFilter,
     CheckpointRecord,
     FanOutInstanceProgress,
     FanOutInternalSaveBatching,
@@ -37,6 +38,7 @@ from eventlog.errors import (
     DamagedRow,
     EncodingError,
     InvalidOption,
+    InvalidRecord,
     LogClosed,
     NotALog,
     StorageError,
@@ -367,3 +369,68 @@ def test_a_killed_compaction_leaves_no_dest_and_runs_again(tmp_path: Path) -> No
     with CheckpointLog.open(dest, readonly=True) as out:
         assert {s.invocation_id: out.load(s.invocation_id) for s in out.list()} == heads
         assert out.verify().ok
+
+
+# -- read and delete arguments of the wrong type -----------------------------------------------
+
+READS = [
+    ("load", lambda log: log.load({"a": 1})),
+    ("load_async", lambda log: asyncio.run(log.load_async(None))),
+    ("delete", lambda log: log.delete(3)),
+    ("history", lambda log: list(log.history({"a": 1}))),
+    ("history since", lambda log: list(log.history("inv", since=b"x"))),
+    ("history until", lambda log: list(log.history("inv", until=float("nan")))),
+    ("history kinds", lambda log: list(log.history("inv", kinds="save"))),
+    ("record_at", lambda log: log.record_at("inv", None)),
+    ("record_at huge", lambda log: log.record_at("inv", 2**64)),
+    ("record_at id", lambda log: log.record_at({"a": 1}, 1)),
+    ("record_as_of", lambda log: log.record_as_of("inv", "now")),
+    ("diff", lambda log: log.diff("inv", "1", 2)),
+    ("list", lambda log: log.list("corr")),
+    ("list filter", lambda log: log.list(CheckpointFilter(correlation_id={"a": 1}))),
+    ("pending_instances", lambda log: log.pending_instances("inv", None)),
+    ("pending_instances ns", lambda log: log.pending_instances("inv", "work", namespace=None)),
+]
+
+
+@pytest.mark.parametrize("call", [c for _, c in READS], ids=[n for n, _ in READS])
+def test_read_arguments_of_the_wrong_type_raise_typed_errors(tmp_path: Path, call: Any) -> None:
+    """Found by the soak's bad-input section: these raised TypeError/AttributeError from
+    inside a lookup (``unhashable type: 'dict'``, ``'<' not supported``)."""
+    with CheckpointLog.open(tmp_path / "log") as log:
+        log.save("inv", record())
+        with pytest.raises(CheckpointError, match="must be"):
+            call(log)
+        assert log.load("inv") == record()
+        assert log.verify().ok
+
+
+@pytest.mark.parametrize("config", [b"x", [1], "thread", {"configurable": 5}])
+def test_langgraph_config_that_is_not_a_mapping_raises_invalid_config(
+    tmp_path: Path, config: Any
+) -> None:
+    from eventlog.integrations.langgraph import InvalidConfig, LmdbSaver  # noqa: PLC0415
+
+    saver = LmdbSaver.open(tmp_path / "lg")
+    try:
+        with pytest.raises(InvalidConfig, match="config must be a dict"):
+            saver.get_tuple(config)
+        with pytest.raises(InvalidConfig, match="config must be a dict"):
+            list(saver.list(config))
+    finally:
+        saver.close()
+
+
+@pytest.mark.parametrize(
+    "pos",
+    [NodePosition("\ud800", "n", 0), NodePosition(("\ud800",), "n", 0)],  # type: ignore[arg-type]
+    ids=["namespace a surrogate str", "namespace holding one"],
+)
+def test_a_lone_surrogate_in_a_position_is_a_typed_error(tmp_path: Path, pos: Any) -> None:
+    """Found by the soak: ``msgspec.convert`` raised UnicodeEncodeError from validation."""
+    with CheckpointLog.open(tmp_path / "log") as log:
+        log.save("inv", record())
+        with pytest.raises((InvalidRecord, EncodingError), match="namespace"):
+            log.save("inv", CheckpointRecord("inv", "corr", {}, (pos,), (), 1.0))
+        assert log.verify().ok
+        assert log.load("inv") == record()
