@@ -139,7 +139,7 @@ def _seam(  # noqa: PLR0915 - one scenario, read top to bottom
     backend.failing, backend.fail_at, backend.fail_reads = False, set(), set()  # the fault clears
     tally.add("faults", injected)
     tally.add(f"faults:{kind}", injected)
-    tally.add("faults:typed_errors", typed)
+    tally.add("typed_errors", typed)
     if injected and not typed:
         tally.fail(f"fault {kind}: {injected} injected, but no caller heard of one")
     try:
@@ -237,7 +237,7 @@ def _map_growth(path: Path, work: Path, tally: Tally) -> None:
                 log.save("inv", rec("inv", {"n": n, "blob": "y" * 30_000}))
             grown = log.log.backend.map_size  # type: ignore[attr-defined]
             ok = log.verify().ok and log.load("inv") is not None
-        tally.add("faults:map_growths", max(0, grown.bit_length() - 21))
+        tally.add("map_growths", max(0, grown.bit_length() - 21))
         if not ok:
             tally.fail("map growth: verify failed")
     except CheckpointError as e:
@@ -343,7 +343,7 @@ def _readers_round(path: Path, work: Path, seconds: float, tally: Tally) -> None
         code, acks, other = child.finish()
         if code != -9:
             tally.fail(f"readers: a writer failed ({code}): {other}")
-        tally.add("acked", len(acks))
+        tally.add("writer_saves", len(acks))
         gaps.append(len(acks) / seconds)
     tally.add("reader_reads", reads + cli_runs)
     tally.add("torn_reads", torn)

@@ -21,7 +21,7 @@ def render(seed: int, scale: str, seconds: float, tallies: dict[str, Tally]) -> 
         items = sorted((k[len(prefix) :], v) for k, v in t.counts.items() if k.startswith(prefix))
         return ", ".join(f"{k} {v:,}" for k, v in items) or "none"
 
-    acked = sum(c(s, "acked") for s in ("kills", "faults", "cancel", "readers"))
+    acked = sum(c(s, "acked") for s in ("kills", "faults", "cancel"))
     lost = sum(c(s, "lost") for s in tallies)
     failures = sum(t.counts["failures"] for t in tallies.values())
     flips = c("damage", "flip:cases")
@@ -32,19 +32,22 @@ def render(seed: int, scale: str, seconds: float, tallies: dict[str, Tally]) -> 
     damaged_hangs = c("damage", "flip:hang") + c("damage", "cut:hang") + c("damage", "txnid:hang")
     rows = [
         ("Kills (SIGKILL of real writer processes)",
-         f"kills {c('kills', 'kills'):,} ({by('kills', 'kills:')}), acknowledged saves checked "
+         f"kills {c('kills', 'kills'):,} ({by('kills', 'kills:')}) in {c('kills', 'resumed'):,} "
+         f"rounds, acknowledged saves checked "
          f"{acked:,}, lost {lost}, duplicated {sum(c(s, 'duplicated') for s in tallies)}, "
          f"buffered runs checked whole {c('kills', 'runs_checked'):,}, half-applied "
          f"{c('kills', 'half_applied')}, resumed {c('kills', 'resumed'):,}"),
         ("Faults at the backend seam and on a real disk",
          f"faults injected {c('faults', 'faults'):,} by kind ({by('faults', 'faults:')}), "
-         f"recovered {c('faults', 'recovered'):,}"),
+         f"recovered {c('faults', 'recovered'):,}; typed errors to callers "
+         f"{c('faults', 'typed_errors'):,}; map doublings under a reader "
+         f"{c('faults', 'map_growths')}"),
         ("Asyncio cancellation",
          f"saves cancelled {c('cancel', 'cancelled'):,}, returned saves checked "
          f"{c('cancel', 'acked'):,}, lost {c('cancel', 'lost')}"),
         ("Readers under load",
          f"reads {c('readers', 'reader_reads'):,} (load/history/record_at and the CLI), torn "
-         f"{c('readers', 'torn_reads')}, writer saves meanwhile {c('readers', 'acked'):,}"),
+         f"{c('readers', 'torn_reads')}, writer saves meanwhile {c('readers', 'writer_saves'):,}"),
         ("Damage to copies of data.mdb",
          f"bit flips {flips:,}, reported {c('damage', 'flip:reported'):,}, in free space "
          f"{c('damage', 'flip:harmless'):,}, undetected {c('damage', 'flip:undetected')}; "
