@@ -10,7 +10,7 @@ PKG_DIRS := eventlog projections backends
 # Smoke runs write their JSON here, never over the published figures in benchmarks/results/.
 SMOKE_OUT := $(shell mktemp -d)
 
-.PHONY: demo test test-fast lint type check bench-smoke bench clean
+.PHONY: demo test test-fast lint type check bench-smoke bench soak clean
 
 $(PY):
 	$(PY_BOOT) -m venv $(VENV)
@@ -38,8 +38,8 @@ test-fast: $(STAMP_DEV)  # everything but the tests marked slow (over a few seco
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP_DEV)
-	$(VENV)/bin/ruff check $(PKG_DIRS) tests benchmarks
-	$(VENV)/bin/ruff format --check $(PKG_DIRS)
+	$(VENV)/bin/ruff check $(PKG_DIRS) tests benchmarks soak
+	$(VENV)/bin/ruff format --check $(PKG_DIRS) soak
 
 type: $(STAMP_DEV)
 	$(VENV)/bin/mypy
@@ -61,6 +61,12 @@ bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.langgraph_growth
 	$(PY) -m benchmarks.forensics
 	$(PY) -m benchmarks.openarmature_fanout --sizes 1000
+
+# The reliability campaign (docs/reliability.md): seeded kills, faults, damage, bad input.
+# Short by default (a few minutes); `make soak SOAK_ARGS=--long` runs >= 1,000 kills.
+SOAK_ARGS ?=
+soak: $(STAMP_DEV)
+	$(PY) -m soak --out docs/reliability.md $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -161,6 +161,11 @@ class Backend(abc.ABC):
     def location(self) -> str:
         return "<memory>"
 
+    def storage_problems(self) -> list[tuple[str, str]]:
+        """Damage below the rows that only the backend can see, as ``(kind, detail)`` pairs
+        for ``verify`` (LMDB: meta pages that disagree); none by default."""
+        return []
+
     def run_write(self, fn: Callable[[WriteTxn], T], *, attempts: int = 8) -> T:
         """Run ``fn`` in a write transaction, running it again after a :class:`RetryableWrite`.
 

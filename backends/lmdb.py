@@ -54,6 +54,7 @@ from typing import Any, NoReturn
 
 import lmdb
 
+from backends import lmdb_meta
 from backends.base import (
     Backend,
     Durability,
@@ -67,6 +68,7 @@ from backends.base import (
 )
 from eventlog.errors import (
     CheckpointError,
+    DamagedLog,
     LogClosed,
     LogReplaced,
     NotALog,
@@ -94,19 +96,57 @@ LOCK_FILE = "lock.mdb"
 CREATING_PREFIX = ".ckptlog-creating."  # a data file being created, linked to DATA_FILE when whole
 
 
-def _translate(err: lmdb.Error, where: str) -> CheckpointError:
-    """Map an lmdb error to our hierarchy, keeping lmdb's own hint text."""
+def _translate(err: lmdb.Error, where: str, path: str | None = None) -> CheckpointError:
+    """Map an lmdb error to our hierarchy, keeping lmdb's own hint text. ``path``: the log's
+    directory, to tell a full disk from a failing one when LMDB reports an I/O error."""
     if isinstance(err, lmdb.MapFullError):
         return StorageFull(f"{where}: the LMDB map is full ({err}); raise map_size_max")
     if isinstance(err, lmdb.DiskError):  # ENOSPC: keeps the errno for callers that test it
-        return StorageError(errno.ENOSPC, f"{where}: the disk is full ({err}); free space")
+        return StorageError(errno.ENOSPC, f"{where}: {_DISK_FULL} ({err}). {_FREE_SPACE}")
+    if path is not None and "Input/output error" in str(err):
+        # LMDB reports a short write (what a full disk gives) as EIO: tell which it was.
+        free = _free_bytes(path)
+        if free is not None and free < DISK_FULL_BELOW:
+            return StorageError(
+                errno.ENOSPC,
+                f"{where}: {_DISK_FULL}: {free:,} bytes free on the disk holding it (LMDB "
+                f"reported {err}). {_FREE_SPACE}",
+            )
+        return StorageError(
+            errno.EIO,
+            f"{where}: the disk reported an I/O error ({err}) with "
+            f"{'unknown' if free is None else f'{free:,} bytes'} free: nothing of this write "
+            "was committed. Check the device (dmesg, SMART) before writing again",
+        )
     if isinstance(err, lmdb.VersionMismatchError):
         return UnsupportedFormat(f"{where}: LMDB file version mismatch ({err})")
-    if isinstance(err, (lmdb.InvalidError, lmdb.CorruptedError)):
+    if isinstance(err, lmdb.CorruptedError):
+        return DamagedLog(
+            f"{where}: the log's LMDB pages are damaged ({err}); restore it from a backup. "
+            "`ckptlog verify PATH` reports what is still readable",
+            kind="pages",
+        )
+    if isinstance(err, lmdb.InvalidError):
         return NotALog(f"{where}: not a readable LMDB environment ({err})")
     if isinstance(err, lmdb.ReadonlyError):
         return ReadOnlyLog(f"{where}: the log is open read-only ({err})")
     return StorageError(f"{where}: LMDB error {type(err).__name__}: {err}")
+
+
+DISK_FULL_BELOW = 4 << 20  # free bytes under which an I/O error on write means a full disk
+_DISK_FULL = "the disk is full, so the write was not committed (nothing of it was saved)"
+_FREE_SPACE = (
+    "Free space on the disk holding the log (or move the log to a larger one), then retry: "
+    "the log is intact and usable, and buffered saves are kept for the next flush"
+)
+
+
+def _free_bytes(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class _Env:
@@ -185,8 +225,10 @@ class _Env:
             raise _translate(e, f"opening {self.path!r}") from e
         if names and marker not in names and not set(names) <= set(ours):
             raise NotALog(
-                f"{self.path!r} is an LMDB environment but not a ckptlog log (it holds "
-                f"{', '.join(sorted(names)[:5])}, no {marker!r} table); pass a new or ckptlog path"
+                f"{self.path!r} is an LMDB environment without a {marker!r} table (it holds "
+                f"{', '.join(sorted(names)[:5])}): either not a ckptlog log (pass a new or "
+                "ckptlog path) or a ckptlog log whose root page is damaged (restore it from a "
+                "backup; `ckptlog verify PATH` reports what is readable)"
             )
 
     def open_tables(self, tables: Iterable[str]) -> None:
@@ -386,13 +428,13 @@ class _WriteScope:
                     full = e
                 except lmdb.Error as e:
                     txn.abort()
-                    raise _translate(e, f"writing {self.path!r}") from e
+                    raise _translate(e, f"writing {self.path!r}", self.path) from e
             else:
                 txn.abort()
                 if isinstance(exc, lmdb.MapFullError):
                     full = exc
                 elif isinstance(exc, lmdb.Error):
-                    raise _translate(exc, f"writing {self.path!r}") from exc
+                    raise _translate(exc, f"writing {self.path!r}", self.path) from exc
                 else:
                     return  # the exception propagates
         finally:
@@ -445,6 +487,22 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def check_data_file(path: str, *, writable: bool) -> None:
+    """Refuse, before LMDB maps it, a ``data.mdb`` that is shorter than its newest
+    transaction (reading past its end would kill the process with SIGBUS) and, for a writable
+    open, one whose meta pages disagree (LMDB would open an older transaction, and the next
+    commit would overwrite the evidence). A writable open reads under the writers' lock."""
+    state = lmdb_meta.read_state(os.path.join(path, DATA_FILE), lock=writable)
+    if state is None:
+        return
+    why = state.meta_damage() if writable else None
+    if why is not None:
+        raise DamagedLog(why + "; it was not opened for writing (open it read-only)", kind="meta")
+    why = state.truncated()
+    if why is not None:
+        raise DamagedLog(why, kind="truncated")
 
 
 def _identity(path: str) -> tuple[int, int]:
@@ -506,7 +564,7 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
                 create=True,
             )
         except lmdb.Error as e:
-            raise _translate(e, f"creating {str(p)!r}") from e
+            raise _translate(e, f"creating {str(p)!r}", str(p)) from e
         try:
             _create_tables(env, list(dict.fromkeys(tables)), str(p))
         finally:
@@ -540,7 +598,7 @@ def _create_tables(env: Any, names: list[str], path: str) -> dict[str, Any]:
             for name in names:
                 opened[name] = env.open_db(name.encode(), txn=txn, create=True)
     except lmdb.Error as e:
-        raise _translate(e, f"opening tables {names} in {path!r}") from e
+        raise _translate(e, f"opening tables {names} in {path!r}", path) from e
     return opened
 
 
@@ -794,6 +852,7 @@ class LmdbBackend(Backend):
                 # (replaced: the directory was deleted and created again while this process
                 # held the old one open; the old handle stays with its backends, which refuse
                 # to write, and this path gets a handle on the new files.)
+                check_data_file(self._path, writable=not readonly)
                 env = _Env(
                     self._path,
                     self.durability,
@@ -861,7 +920,7 @@ class LmdbBackend(Backend):
         try:
             env.env.sync(True)
         except lmdb.Error as e:
-            raise _translate(e, f"syncing {self._path!r}") from e
+            raise _translate(e, f"syncing {self._path!r}", self._path) from e
 
     def close(self) -> None:
         env, self._env = self._env, None
@@ -875,6 +934,14 @@ class LmdbBackend(Backend):
                 env.close()
                 if _REGISTRY.get(self._path) is env:
                     del _REGISTRY[self._path]
+
+    def storage_problems(self) -> list[tuple[str, str]]:
+        """Damage below the frames that LMDB cannot see: meta pages that disagree (a
+        read-only open maps such a file so that ``verify`` can report it)."""
+        self._handle()
+        state = lmdb_meta.read_state(os.path.join(self._path, DATA_FILE), lock=False)
+        why = None if state is None else state.meta_damage()
+        return [] if why is None else [("meta", why)]
 
     def size_bytes(self) -> int:
         try:

@@ -39,9 +39,11 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, Final
 import msgspec
 
 from backends.base import Backend, Durability, WriteTxn
+from eventlog import arguments as args
 from eventlog import forensics
 from eventlog.codec import encode_value
 from eventlog.errors import (
+    DamagedRow,
     DamagedRowSkipped,
     InvalidRecord,
     InvalidStreamKey,
@@ -68,6 +70,7 @@ from eventlog.materialized import (
     write_save,
     write_snapshot_mark,
 )
+from eventlog.open_options import check_batching
 from eventlog.records import (
     CheckpointFilter,
     CheckpointRecord,
@@ -368,6 +371,15 @@ class _Hooks:
         self.owner._rejected.clear()
 
 
+def damaged_row(invocation_id: str, error: Exception, doing: str) -> DamagedRow:
+    return DamagedRow(
+        f"{invocation_id!r}: its materialized head row does not decode ({error}), so "
+        f"{doing} failed; expected a row this version wrote. The frames are intact: "
+        "record_at()/history() still read them, verify() reports the damage, and delete() "
+        "removes the invocation (or restore the log from a backup)"
+    )
+
+
 class CheckpointLog:
     """Checkpoint records on an :class:`EventLog`. Thread-safe; every method is synchronous."""
 
@@ -379,6 +391,7 @@ class CheckpointLog:
         *,
         batching: FanOutInternalSaveBatching | None = None,
     ) -> None:
+        check_batching("CheckpointLog", batching)
         self.log = log
         self.batching = batching
         self._flush_every = batching.flush_every if batching is not None else 0
@@ -408,6 +421,7 @@ class CheckpointLog:
         **options: Any,
     ) -> CheckpointLog:
         """Open (or create) the checkpoint log in directory ``path``."""
+        check_batching(f"opening {os.fspath(path)!r}", batching)
         log = EventLog.open(
             path, durability=durability, readonly=readonly, extra_tables=TABLES, **options
         )
@@ -430,7 +444,10 @@ class CheckpointLog:
     ) -> tuple[Head | None, HeadRow | None]:
         self._sids[stream] = sid
         self._touched.add(stream)
-        row = read_row(txn, sid)
+        try:
+            row = read_row(txn, sid)
+        except msgspec.DecodeError as e:
+            raise damaged_row(stream, e, "saving to it") from e
         if row is None:
             self._cache.pop(stream, None)
             return None, None
@@ -620,12 +637,14 @@ class CheckpointLog:
 
     def delete(self, invocation_id: str) -> None:
         """Forget ``invocation_id`` (a tombstone is logged; its history stays for audit)."""
+        args.stream_id("invocation_id", invocation_id)
         self.log.append(invocation_id, self._delete_frame(invocation_id))
 
     # -- reading -------------------------------------------------------------------------------
 
     def load(self, invocation_id: str) -> CheckpointRecord | None:
         """The latest committed record of ``invocation_id``, or ``None``."""
+        args.stream_id("invocation_id", invocation_id)
         record = self._load(invocation_id, None)
         assert not isinstance(record, _TooBig)  # only with a bound
         return record
@@ -634,6 +653,7 @@ class CheckpointLog:
         """:meth:`load` for a coroutine. A small record loads on the event loop's thread (the
         read costs less than a thread hop); one with many positions or fan-out instances, or
         a large state, loads on a worker thread, so the loop is never held for long."""
+        args.stream_id("invocation_id", invocation_id)
         record = self._load(invocation_id, INLINE_LOAD_ROWS_MAX)
         if isinstance(record, _TooBig):
             return await asyncio.to_thread(self.load, invocation_id)
@@ -642,6 +662,14 @@ class CheckpointLog:
     def _load(self, invocation_id: str, rows_max: int | None) -> CheckpointRecord | _TooBig | None:
         """:meth:`load`, or :data:`TOO_BIG` (nothing decoded) when rebuilding the head would
         read more than ``rows_max`` rows or state bytes over ``rows_max`` KiB."""
+        try:
+            return self._load_rows(invocation_id, rows_max)
+        except msgspec.DecodeError as e:
+            raise damaged_row(invocation_id, e, "loading it") from e
+
+    def _load_rows(
+        self, invocation_id: str, rows_max: int | None
+    ) -> CheckpointRecord | _TooBig | None:
         with self.log.backend.read() as txn:
             sid = self.log.stream_id(txn, invocation_id)
             if sid is None:
@@ -675,10 +703,16 @@ class CheckpointLog:
         key scan plus a list as long as what is left. ``None`` when nothing is saved for
         ``invocation_id``; :class:`InvalidRecord` when its head has no such fan-out.
         """
+        args.stream_id("invocation_id", invocation_id)
+        args.stream_id("fan_out_node_name", fan_out_node_name)
+        args.strings("namespace", namespace)
         key = (fan_out_node_name, tuple(namespace), lineage_from(lineage))
         with self.log.backend.read() as txn:
             sid = self.log.stream_id(txn, invocation_id)
-            row = None if sid is None else read_row(txn, sid)
+            try:
+                row = None if sid is None else read_row(txn, sid)
+            except msgspec.DecodeError as e:
+                raise damaged_row(invocation_id, e, "reading its fan-outs") from e
             if sid is None or row is None:
                 return None
             for hd in row.layout:
@@ -698,6 +732,7 @@ class CheckpointLog:
         skipped with a :class:`~eventlog.errors.DamagedRowSkipped` warning naming it: one
         damaged invocation never hides the others. ``verify()`` reports it; ``delete()`` works.
         """
+        args.checkpoint_filter(filter)
         rows: list[HeadRow] = []
         damaged: list[int] = []
         with self.log.backend.read() as txn:
@@ -745,6 +780,10 @@ class CheckpointLog:
         ``since <= saved_at < until`` and ``kinds`` (save kinds and ``"delete"``) filter what
         is yielded (eventlog.forensics); the fold still reads the whole stream.
         """
+        args.stream_id("invocation_id", invocation_id)
+        args.timestamp("since", since, optional=True)
+        args.timestamp("until", until, optional=True)
+        args.strings("kinds", kinds, optional=True)
         self._last_seq(invocation_id)  # an unknown id raises, never reads as no history
         if since is not None or until is not None or kinds is not None:
             yield from forensics.history(self, invocation_id, since=since, until=until, kinds=kinds)
@@ -775,6 +814,7 @@ class CheckpointLog:
         """The record as of stream seq ``seq`` (``None`` if deleted then, or ``seq`` is 0: before
         the first save). :class:`UnknownInvocation` for an id with no frames,
         :class:`SeqOutOfRange` for a seq outside ``0..last_seq``."""
+        args.stream_id("invocation_id", invocation_id)
         last = self._last_seq(invocation_id)
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= last:
             raise SeqOutOfRange(
@@ -801,16 +841,22 @@ class CheckpointLog:
     ) -> VerifyReport:
         """The log's checks (checksums, chains, seqs, index) plus: every materialized row
         (head, state, positions, fan-out rows, indexes) equals the fold of its frames."""
+        self.log.check_readable("verify")  # (forensics.verify reports errors as problems)
         return forensics.verify(self, progress, rows_progress)
 
     # -- forensics (eventlog/forensics/) ---------------------------------------------------------
 
     def record_as_of(self, invocation_id: str, timestamp: float) -> CheckpointRecord | None:
         """The record as it stood at ``timestamp`` (after the newest save stamped <= it)."""
+        args.stream_id("invocation_id", invocation_id)
+        args.timestamp("timestamp", timestamp)
         return forensics.record_as_of(self, invocation_id, timestamp)
 
     def diff(self, invocation_id: str, seq_a: int, seq_b: int) -> RecordDiff:
         """What changed from stream seq ``seq_a`` to ``seq_b`` (0: before the first save)."""
+        args.stream_id("invocation_id", invocation_id)
+        args.seq("seq_a", seq_a)
+        args.seq("seq_b", seq_b)
         return forensics.diff(self, invocation_id, seq_a, seq_b)
 
     def replay(

@@ -30,6 +30,7 @@ import decimal
 import gc
 import hashlib
 import struct
+import sys
 import threading
 import uuid
 from typing import Any, Final, Generic, TypeVar
@@ -353,11 +354,23 @@ def check_lossless(value: Any, path: str) -> None:
     )
 
 
+def too_deep(path: str, error: RecursionError) -> EncodingError:
+    """A value nested deeper than the encoder's recursion limit, or one that contains itself."""
+    return EncodingError(
+        f"cannot encode {path}: expected a value nested less than about "
+        f"{sys.getrecursionlimit()} levels deep, found a deeper one or one that contains "
+        f"itself ({error}); nothing was saved: flatten it, or break the cycle",
+        path=path,
+    )
+
+
 def encode_value(value: Any, path: str = "state") -> bytes:
     """msgpack bytes of a state value; :class:`EncodingError` naming the path when impossible,
     or when a value would come back as another type (:data:`LOSSY_TYPES`)."""
     try:
         data = _value_encoder.encode(value)
+    except RecursionError as e:
+        raise too_deep(path, e) from None
     except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
         where, type_name = _find_unencodable(value, path, _value_encoder)
         raise EncodingError(
@@ -380,6 +393,8 @@ class Serializer(Generic[T]):
     def encode(self, value: T) -> bytes:
         try:
             return self._enc.encode(value)
+        except RecursionError as e:
+            raise too_deep("frame", e) from None
         except (TypeError, ValueError, OverflowError, NotImplementedError) as e:
             where, type_name = _find_unencodable(value, "frame", self._enc)
             raise EncodingError(

@@ -183,3 +183,27 @@ class UnsupportedStream(CheckpointError):
 
 class DirNotOurs(CheckpointError):
     """The demo's ``--path`` holds something the demo did not make: it is not deleted."""
+
+
+class DamagedLog(StorageError):
+    """The log's storage file is damaged below the frames: ``data.mdb`` is shorter than its
+    last transaction says (truncated), or its two LMDB meta pages disagree (a damaged meta
+    page makes LMDB open an older transaction, silently dropping the newest saves). Detected
+    before the file is mapped, so the process never dies of SIGBUS. ``kind`` is
+    ``"truncated"`` or ``"meta"``. Restore the log from a backup; ``ckptlog verify`` reports
+    what is still readable."""
+
+    def __init__(self, message: str, *, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class DamagedRow(CheckpointError, ValueError):
+    """A materialized row (an invocation's head) does not decode (written by an older
+    version, or bit rot). The frames are the record of truth: ``verify()`` reports the damage,
+    ``history``/``record_at`` still read the frames, and ``delete()`` removes the invocation."""
+
+
+class InvalidOption(CheckpointError, ValueError):
+    """An option passed to ``open`` is unknown or of the wrong type or range; nothing was
+    opened or created."""

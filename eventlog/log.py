@@ -303,6 +303,19 @@ class EventLog:
         """Open (or create) the log stored in directory ``path`` on the LMDB backend, or, when
         ``path`` is a ``postgresql://host/db?schema=NAME`` URL, in that schema of a PostgreSQL
         database (``backends.postgres``; the map sizes do not apply there)."""
+        from eventlog.open_options import check_open_options, keyword_names  # noqa: PLC0415
+
+        check_open_options(
+            f"opening {os.fspath(path)!r}",
+            {
+                "readonly": readonly,
+                "map_size_max": map_size_max,
+                "map_size_initial": map_size_initial,
+                **options,
+            },
+            (*keyword_names(cls.__init__), "readonly", "map_size_max", "map_size_initial"),
+        )
+
         backend = open_backend(
             path,
             tables=(*CORE_TABLES, *extra_tables),
@@ -1092,7 +1105,15 @@ class EventLog:
 
     def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Check every checksum, chain link, seq and index entry; report, never repair."""
+        self.check_readable("verify")
         return verify_log(self, progress)
+
+    def check_readable(self, what: str) -> None:
+        if self._closed:
+            raise LogClosed(
+                f"{what} after close: the log at {self.backend.location!r} is closed; "
+                "open it again to read it"
+            )
 
     # -- closing -------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Final, NoReturn
 
 import msgspec
 
-from eventlog.codec import check_lossless, enc_hook, encode_value
+from eventlog.codec import check_lossless, enc_hook, encode_value, too_deep
 from eventlog.errors import EncodingError, InvalidRecord
 from eventlog.records import FanOutInstanceProgress
 
@@ -147,8 +147,8 @@ def check_positions(ps: Any, path: str, start: int = 0) -> None:
         return
     try:
         msgspec.convert(ps[start:] if start else ps, _POSITIONS, from_attributes=True, strict=True)
-    except msgspec.ValidationError as e:
-        error: msgspec.ValidationError | None = e
+    except (msgspec.ValidationError, UnicodeEncodeError) as e:  # (a lone surrogate in a str)
+        error: Exception | None = e
     else:
         error = None
         if not any(issubclass(t, Mapping) for t in set(map(type, ps))):
@@ -442,6 +442,8 @@ def encode_progress(progress: FanOutInstanceProgress, index: int) -> bytes:
     :class:`EncodingError` naming ``instances[index].result`` when its result does not encode."""
     try:
         raw = _progress_encoder.encode(progress)
+    except RecursionError as e:
+        raise too_deep(f"instances[{index}].result", e) from None
     except (TypeError, ValueError, OverflowError, NotImplementedError):
         check_result(progress.result, f"instances[{index}].result")  # raises, naming the path
         raise

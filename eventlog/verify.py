@@ -163,6 +163,8 @@ class _Walk:
 
 def verify_log(log: Verifiable, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     report = VerifyReport()
+    for kind, detail in log.backend.storage_problems():
+        report.problems.append(Problem(kind, detail))
     with log.backend.read() as txn:
         total = txn.count(LOG)
         walk = _Walk(log, txn, report)

@@ -402,7 +402,7 @@ class TestLmdbBackend(BackendContract):
         fds = _fds_open_under(path)
         with pytest.raises(
             NotALog,
-            match=r"is an LMDB environment but not a ckptlog log \(it holds other, no 'meta'",
+            match=r"without a 'meta' table \(it holds other\): either not a ckptlog",
         ) as refused:
             _open(path, tables=("meta", "a"), marker_table="meta")
         # Checked while the traceback still holds the refused handle: it was closed, not left

@@ -273,7 +273,7 @@ def test_open_foreign_lmdb_environment(tmp_path: Path) -> None:
         txn.put(b"k", b"v", db=env.open_db(b"other", txn=txn))
     env.close()
     with pytest.raises(
-        NotALog, match=r"is an LMDB environment but not a ckptlog log \(it holds other, no 'meta'"
+        NotALog, match=r"without a 'meta' table \(it holds other\): either not a ckptlog"
     ):
         EventLog.open(path)
     env = lmdb.open(str(path), max_dbs=4)

@@ -392,16 +392,18 @@ def compact(
     whole. Each kept invocation starts with a snapshot of its first kept save that names the
     original seq and checksum it stands for; the saves after it keep their stored bytes.
     Heads are re-materialized, so ``load``/``list``/``verify`` work on the new log at once.
-    The source is only read; on failure the partial DEST is removed.
+    The source is only read; DEST appears whole (built under a hidden name, then renamed).
     """
     pol = policy(keep, last_n, since)
     path = check_dest(dest, cl.log.backend.location)
-    existed = path.exists()
+    # Built under a hidden sibling name and renamed into place whole, so a compaction that
+    # is killed leaves DEST as it was (absent or empty) and running it again just works.
+    building = path.parent / f".{path.name}.compacting-{os.getpid()}-{time.monotonic_ns()}"
     started = time.perf_counter()
     report = CompactReport(cl.log.backend.location, str(path), str(pol))
     try:
         out = EventLog.open(
-            path,
+            building,
             durability="process",
             extra_tables=TABLES,
             chain_key=cl.log.chain_key,
@@ -418,15 +420,10 @@ def compact(
             report.dest_bytes = out.backend.size_bytes()
         finally:
             out.close()
+        check_dest(dest, cl.log.backend.location)  # still absent or empty
+        os.replace(building, path)  # (an empty directory is replaced)
     except BaseException:
-        if not existed:
-            shutil.rmtree(path, ignore_errors=True)
-        else:  # an empty directory we were given: empty it again
-            for child in path.iterdir():
-                if child.is_dir():
-                    shutil.rmtree(child)
-                else:
-                    child.unlink()
+        shutil.rmtree(building, ignore_errors=True)
         raise
     report.source_bytes = cl.log.backend.size_bytes()
     report.seconds = time.perf_counter() - started

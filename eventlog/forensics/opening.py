@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from backends import lmdb_meta
 from backends.lmdb_salvage import DATA_FILE, data_file_check, zero_filled_copy
 from eventlog.checkpoints import CheckpointLog
 from eventlog.errors import NotALog
@@ -55,10 +56,9 @@ def open_readonly(
 
     When the file is shorter than its newest LMDB transaction says, the log is read from a
     private copy whose missing tail is zero-filled, so every reader sees damaged pages as
-    errors (reported) rather than dying of SIGBUS. ``probe`` (a :data:`Prober`, which command-
-    line tools pass; this call itself never forks) first checks whether reading the file
-    really fails: a short file that reads whole is then opened in place. ``probe=False``:
-    neither check nor copy.
+    errors (reported) rather than dying of SIGBUS. Whether the file is short is read from its
+    LMDB meta pages (``backends.lmdb_meta``), as the library does before it maps a file;
+    ``probe`` is accepted for callers that pass one and is no longer needed.
     """
     location = os.fspath(path)
     if location.split("://", 1)[0] in ("postgresql", "postgres"):  # a server: no file to check
@@ -71,27 +71,23 @@ def open_readonly(
     check = data_file_check(location)
     problems: list[Problem] = []
     copy_dir: str | None = None
-    if check is not None and check.short and probe is not False:
-        sig = probe(location) if callable(probe) else None
-        if sig is not None or not callable(probe):
-            missing = check.used_bytes - check.file_bytes
-            how = (
-                f"reading them killed a probe reader ({signal_name(sig)})"
-                if sig is not None
-                else "reading them could kill this process"
+    state = lmdb_meta.read_state(os.path.join(location, DATA_FILE), lock=False)
+    if check is not None and state is not None and state.truncated() is not None:
+        # A used page lies past the end: the library refuses to map it (DamagedLog), so the
+        # file is read from a copy.
+        missing = check.used_bytes - check.file_bytes
+        problems.append(
+            Problem(
+                "truncated",
+                f"{check.path} is {check.file_bytes:,} bytes, but its last transaction "
+                f"(txn {check.txn_id}) uses {check.used_bytes:,}: the last "
+                f"{missing:,} bytes ({-(-missing // check.page_bytes)} pages) are missing; "
+                "read from a copy with them zero-filled: what they held is reported "
+                "unreadable. Restore the file from a backup",
             )
-            problems.append(
-                Problem(
-                    "truncated",
-                    f"{check.path} is {check.file_bytes:,} bytes, but its last transaction "
-                    f"(txn {check.txn_id}) uses {check.used_bytes:,}: the last "
-                    f"{missing:,} bytes ({-(-missing // check.page_bytes)} pages) are missing "
-                    f"and {how}; read from a copy with them zero-filled: what they held is "
-                    "reported unreadable. Restore the file from a backup",
-                )
-            )
-            parent = getattr(sys.modules.get("eventlog.forensics"), "SALVAGE_PARENT", None)
-            copy_dir = zero_filled_copy(check, parent)
+        )
+        parent = getattr(sys.modules.get("eventlog.forensics"), "SALVAGE_PARENT", None)
+        copy_dir = zero_filled_copy(check, parent)
     try:
         log = CheckpointLog.open(copy_dir or location, readonly=True, **options)
     except BaseException:

@@ -98,8 +98,22 @@ PRUNE_STRATEGIES: Final = ("keep_latest", "delete")
 LOG_FRAME_TYPE: Any = Frame  # includes the LangGraph kinds
 
 
+def _configurable(config: Any, what: str) -> Any:
+    """``config['configurable']`` (``{}`` when absent); :class:`InvalidConfig` for a config
+    that is not a mapping, or whose ``configurable`` is not one."""
+    if config is None:
+        return {}
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(config, Mapping) or not (conf is None or isinstance(conf, Mapping)):
+        raise InvalidConfig(
+            f"{what}: config must be a dict like {{'configurable': {{'thread_id': ...}}}}, "
+            f"found {type(config).__name__} {str(config)[:80]!r}; pass a RunnableConfig"
+        )
+    return conf or {}
+
+
 def _ids(config: RunnableConfig | None, what: str) -> tuple[str, str, str | None]:
-    conf = (config or {}).get("configurable") or {}
+    conf = _configurable(config, what)
     tid = conf.get("thread_id")
     if tid is None or tid == "":
         raise InvalidConfig(
@@ -648,7 +662,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         only_id: str | None = None
         thread: str | None = None
         ns: str | None = None
-        conf = (config or {}).get("configurable") or {}
+        conf = _configurable(config, "list")
         if conf.get("thread_id") is not None:
             thread, _, only_id = _ids(config, "list")
         if conf.get("checkpoint_ns") is not None:
