@@ -740,7 +740,7 @@ class CheckpointLog:
         args.stream_id("invocation_id", invocation_id)
         args.timestamp("since", since, optional=True)
         args.timestamp("until", until, optional=True)
-        args.strings("kinds", kinds, optional=True)
+        args.strings("kinds", [kinds] if isinstance(kinds, str) else kinds, optional=True)
         if since is not None or until is not None or kinds is not None:
             from eventlog import forensics  # noqa: PLC0415 - forensics imports this module
 
