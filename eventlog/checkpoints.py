@@ -783,7 +783,7 @@ class CheckpointLog:
         args.stream_id("invocation_id", invocation_id)
         args.timestamp("since", since, optional=True)
         args.timestamp("until", until, optional=True)
-        args.strings("kinds", kinds, optional=True)
+        args.strings("kinds", [kinds] if isinstance(kinds, str) else kinds, optional=True)
         self._last_seq(invocation_id)  # an unknown id raises, never reads as no history
         if since is not None or until is not None or kinds is not None:
             yield from forensics.history(self, invocation_id, since=since, until=until, kinds=kinds)
