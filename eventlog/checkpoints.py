@@ -815,6 +815,7 @@ class CheckpointLog:
         the first save). :class:`UnknownInvocation` for an id with no frames,
         :class:`SeqOutOfRange` for a seq outside ``0..last_seq``."""
         args.stream_id("invocation_id", invocation_id)
+        args.seq("seq", seq)
         last = self._last_seq(invocation_id)
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= last:
             raise SeqOutOfRange(

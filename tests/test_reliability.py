@@ -247,7 +247,7 @@ def test_damaged_head_row_raises_damaged_row(tmp_path: Path, raw: bytes) -> None
     with CheckpointLog.open(tmp_path / "log") as log:
         log.save("inv", record(seq=0, fan_out_progress=(fan_out,)))
         with log.log.backend.read() as txn:
-            sid = log.log._stream_id(txn, "inv")
+            sid = log.log.stream_id(txn, "inv")
         assert sid is not None
         log.log.backend.run_write(lambda txn: txn.put(HEADS, struct.pack(">Q", sid), raw))
         for call in (
