@@ -23,20 +23,11 @@ from backends.base import Backend, WriteTxn
 from eventlog.errors import CheckpointError
 from eventlog.layout import CORE_TABLES, META
 from eventlog.log import open_backend
-from eventlog.materialized import TABLES as CHECKPOINT_TABLES
+from eventlog.views import REGISTRY
 
-# The tables of ckptlog's integrations (eventlog.integrations.*.TABLES; named here so copying
-# does not import the frameworks): apflow, techrevati, and the LangGraph store.
-INTEGRATION_TABLES = (
-    "apflow",
-    "techrevati",
-    "lg_threads",
-    "lg_checkpoints",
-    "lg_blobs",
-    "lg_writes",
-    "lg_runs",
-)
-COPY_TABLES = (*CORE_TABLES, *CHECKPOINT_TABLES, *INTEGRATION_TABLES)
+# Every table a log may hold: the core ones and each registered view's (the views import no
+# framework, so copying never does).
+COPY_TABLES = (*CORE_TABLES, *(table for view in REGISTRY for table in view.tables))
 CHUNK_ROWS = 4096
 
 
