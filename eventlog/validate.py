@@ -389,16 +389,6 @@ def check_event(ev: Any) -> None:
     check_float(ev.at, "event.at")
 
 
-def check_instance_args(
-    fan_out_node_name: Any, index: Any, progress: Any, namespace: Any, lineage: Any, saved_at: Any
-) -> int:
-    """The arguments of ``save_instance`` (the invocation id is checked as a stream key);
-    returns the encoded size of the progress's result."""
-    check_fan_out_key(fan_out_node_name, namespace, lineage)
-    check_instance_save(index, progress, saved_at)
-    return check_result(getattr(progress, "result", None), f"instances[{index}].result")
-
-
 def check_fan_out_key(fan_out_node_name: Any, namespace: Any, lineage: Any) -> None:
     """The arguments of ``save_instance`` naming the fan-out."""
     check_str(fan_out_node_name, "fan_out_node_name")
