@@ -68,6 +68,19 @@ class ReadTxn(abc.ABC):
     def last_key(self, table: str) -> bytes | None:
         """The greatest key in ``table``, or ``None`` when it is empty."""
 
+    def prefetch(self, table: str, keys: list[bytes]) -> None:
+        """A hint that :meth:`get` of these keys follows: a backend whose reads are round
+        trips may send the lookup now, with whatever read comes next (default: nothing)."""
+        del table, keys
+
+    def last_item(self, table: str) -> tuple[bytes, bytes] | None:
+        """The pair with the greatest key in ``table``, or ``None`` when it is empty (in a
+        write transaction, it also stands for :meth:`last_key`: one round trip where the
+        backend is a server)."""
+        for pair in self.scan(table, reverse=True, limit=1):
+            return pair
+        return None
+
     def scan_prefix(
         self, table: str, prefix: bytes, *, reverse: bool = False, limit: int | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
@@ -124,6 +137,9 @@ class Backend(abc.ABC):
 
     durability: Durability
     readonly: bool
+    # Each read is a round trip to a server (PostgreSQL): callers then fetch what they will
+    # need in fewer, larger reads; with a local store (LMDB, memory) small reads cost nothing.
+    remote: bool = False
 
     @property
     @abc.abstractmethod

@@ -339,9 +339,51 @@ class _PgRead(ReadTxn):
 class _PgWrite(_PgRead, WriteTxn):
     _what = "writing"
 
-    def __init__(self, conn: psycopg.Connection[Any], owner: PostgresBackend) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], owner: PostgresBackend, scope: _WriteScope
+    ) -> None:
         super().__init__(conn, owner)
         self._last: dict[str, bytes | None] = {}  # greatest key per table, once looked up
+        self._wscope = scope
+        # table -> (the queued lookup, its keys, what it found once read); dropped when the
+        # transaction writes to the table
+        self._pre: dict[str, tuple[Any, set[bytes], dict[bytes, bytes] | None]] = {}
+
+    def prefetch(self, table: str, keys: list[bytes]) -> None:
+        s = self._readable(table)
+        ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
+        if s is None or not ok:
+            return
+        try:
+            cur = self._conn.execute(s.get_many, (ok,), binary=True)  # queued, no round trip
+        except psycopg.Error as e:
+            raise self._owner._failed(e, "writing") from e
+        self._pre[table] = (cur, set(ok), None)
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        pre = self._pre.get(table)
+        if pre is None or key not in pre[1]:
+            return super().get(table, key)
+        cur, keys, found = pre
+        if found is None:
+            try:
+                found = {bytes(k): v for k, v in cur.fetchall()}
+            except psycopg.Error as e:
+                raise self._owner._failed(e, "writing") from e
+            self._pre[table] = (cur, keys, found)
+            if self._wscope.lock is not None:
+                self._wscope.locked()
+        return found.get(key)
+
+    def get_many(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        self._pre.pop(table, None)
+        return super().get_many(table, keys)
+
+    def _q(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        rows = super()._q(query, params)
+        if self._wscope.lock is not None:  # the first read brought the lock's result too
+            self._wscope.locked()
+        return rows
 
     def _x(self, query: str, params: tuple[Any, ...]) -> None:
         """Queue a write in the pipeline: sent with the next read or the COMMIT, no round trip
@@ -358,7 +400,10 @@ class _PgWrite(_PgRead, WriteTxn):
             pipeline = self._conn._pipeline
             if pipeline is not None:
                 pipeline.sync()
-            return cur.rowcount
+            n = cur.rowcount
+            if self._wscope.lock is not None:
+                self._wscope.locked()
+            return n
         except psycopg.Error as e:
             raise self._owner._failed(e, "writing") from e
 
@@ -383,10 +428,19 @@ class _PgWrite(_PgRead, WriteTxn):
             self._last[table] = super().last_key(table)
         return self._last[table]
 
+    def last_item(self, table: str) -> tuple[bytes, bytes] | None:
+        s = self._readable(table)
+        if s is None:
+            return None
+        rows = self._q(s.scans[False, False, True], (1,))
+        self._last[table] = rows[0][0] if rows else None
+        return (rows[0][0], rows[0][1]) if rows else None
+
     def _last_known(self, table: str) -> bytes | None:
         return self.last_key(table)
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
+        self._pre.pop(table, None)  # a prefetched value may be stale now
         self._check_key(key)
         s = self._sql(table)
         assert s is not None
@@ -394,6 +448,7 @@ class _PgWrite(_PgRead, WriteTxn):
         self._saw(table, key)
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._pre.pop(table, None)  # a prefetched value may be stale now
         if len(pairs) < 2:
             for k, v in pairs:
                 self.put(table, k, v)
@@ -408,6 +463,7 @@ class _PgWrite(_PgRead, WriteTxn):
             self._saw(table, k)
 
     def delete(self, table: str, key: bytes) -> bool:
+        self._pre.pop(table, None)  # a prefetched value may be stale now
         s = self._sql(table)
         assert s is not None
         if not isinstance(key, bytes) or not key or len(key) > POSTGRES_KEY_BYTES_MAX:
@@ -418,6 +474,7 @@ class _PgWrite(_PgRead, WriteTxn):
         return gone
 
     def delete_prefix(self, table: str, prefix: bytes) -> int:
+        self._pre.pop(table, None)  # a prefetched value may be stale now
         s = self._sql(table)
         assert s is not None
         stop = prefix_end(prefix)
@@ -427,6 +484,7 @@ class _PgWrite(_PgRead, WriteTxn):
         return n
 
     def append(self, table: str, key: bytes, value: bytes) -> None:
+        self._pre.pop(table, None)  # a prefetched value may be stale now
         self._check_key(key)
         check_ascending(table, self._last_known(table), [(key, b"")])
         s = self._sql(table)
@@ -435,6 +493,7 @@ class _PgWrite(_PgRead, WriteTxn):
         self._last[table] = key
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._pre.pop(table, None)  # a prefetched value may be stale now
         if not pairs:
             return
         for k, _ in pairs:
@@ -450,14 +509,22 @@ class _PgWrite(_PgRead, WriteTxn):
 
 
 class _WriteScope:
-    """``with backend.write() as txn``: the writers' lock, the transaction, its commit."""
+    """``with backend.write() as txn``: the writers' lock, the transaction, its commit.
 
-    __slots__ = ("owner", "pipeline", "xid")
+    ``BEGIN`` and the lock are queued in the pipeline, not sent on their own: they go to the
+    server with the transaction's first read (one round trip for both), whose answer comes
+    once the lock is granted. The transaction id the lock query returns is known before the
+    ``COMMIT`` is sent (:meth:`locked`), so a cut ``COMMIT`` can always be resolved.
+    """
+
+    __slots__ = ("began", "lock", "owner", "pipeline", "xid")
 
     def __init__(self, owner: PostgresBackend) -> None:
         self.owner = owner
         self.xid = 0
         self.pipeline: Any = None
+        self.lock: Any = None  # the lock query's cursor until its result is read
+        self.began = 0.0
 
     def __enter__(self) -> WriteTxn:
         owner = self.owner
@@ -466,23 +533,32 @@ class _WriteScope:
             owner._refuse_after_unknown()
             conn = owner._writer()
             try:
-                began = time.perf_counter()
-                cur = conn.execute(owner._begin_write)
-                cur.nextset()
-                row = cur.fetchone()
-                owner.lock_wait_s += time.perf_counter() - began
+                self.began = time.perf_counter()
+                # Pipeline mode: statements are queued and go out with the next read or the
+                # COMMIT.
+                self.pipeline = conn.pipeline()
+                self.pipeline.__enter__()
+                conn.execute(_BEGIN_WRITE)
+                self.lock = conn.execute(owner._take_lock)
             except psycopg.Error as e:
+                self.pipeline = None
                 owner._drop_writer()
                 raise owner._failed(e, "beginning a write") from e
-            assert row is not None
-            self.xid = int(row[1])
-            # Pipeline mode: writes are queued and go out with the next read or the COMMIT.
-            self.pipeline = conn.pipeline()
-            self.pipeline.__enter__()
-            return _PgWrite(conn, owner)
+            return _PgWrite(conn, owner, self)
         except BaseException:
             owner._write_lock.release()
             raise
+
+    def locked(self) -> None:
+        """Read the lock query's result (a round trip only when nothing was read since):
+        the transaction id, and how long the lock took."""
+        cur, self.lock = self.lock, None
+        if cur is None:
+            return
+        row = cur.fetchone()
+        self.owner.lock_wait_s += time.perf_counter() - self.began
+        assert row is not None
+        self.xid = int(row[1])
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         owner = self.owner
@@ -501,22 +577,39 @@ class _WriteScope:
                 return
             assert conn is not None
             try:
-                conn.execute("COMMIT")
+                self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
+            except psycopg.Error as e:
+                owner._drop_writer()  # nothing committed: the COMMIT was never sent
+                raise owner._failed(e, "writing") from e
+            commit: Any = None
+            try:
+                commit = conn.execute("COMMIT")  # visible now; the writers' lock is released
+                if owner._flush_after:
+                    # The durable flush, queued behind the COMMIT in the same round trip and run
+                    # once the lock is free: WAL flushes of all writers overlap (group commit).
+                    for statement in _FLUSH:
+                        conn.execute(statement)
                 if pipeline is not None:
-                    pipeline.__exit__(None, None, None)  # sends the queued writes and COMMIT
+                    pipeline.__exit__(None, None, None)  # sends the writes, COMMIT and flush
                 owner.commits += 1
             except psycopg.Error as e:
-                if not _lost(e):
-                    owner._drop_writer()
-                    raise owner._failed(e, "committing") from e
                 owner._drop_writer()
-                owner._resolve(self.xid, e)  # returns when it committed
+                status = None if commit is None else commit.pgresult
+                if status is not None and status.command_status == b"COMMIT":
+                    # Committed (and visible); only its flush failed: make it durable.
+                    owner._resolve(self.xid, e, committed=True)
+                elif not _lost(e):
+                    raise owner._failed(e, "committing") from e
+                else:
+                    owner._resolve(self.xid, e)  # returns when it committed (and is durable)
         finally:
             owner._write_lock.release()
 
 
 class PostgresBackend(Backend):
     """Named tables in one schema of a PostgreSQL database."""
+
+    remote = True
 
     def __init__(
         self,
@@ -536,14 +629,12 @@ class PostgresBackend(Backend):
         self._tables = tuple(dict.fromkeys(tables))
         self._sql = {t: _Sql(self.schema, t) for t in self._tables}
         self._key = _lock_key(self.schema)
-        self._sync_setting = (
-            f"SET synchronous_commit = {'on' if self.durability == 'fsync' else 'off'}"
-        )
-        # One round trip: begin, wait for the writers' lock, take the transaction id.
-        self._begin_write = (
-            "BEGIN ISOLATION LEVEL READ COMMITTED; "
-            f"SELECT pg_advisory_xact_lock({self._key}), txid_current()"
-        )
+        # Write transactions always commit asynchronously (the writers' lock is released
+        # without waiting for the disk); "fsync" then flushes outside the lock (_FLUSH).
+        self._sync_setting = "SET synchronous_commit = off"
+        self._flush_after = self.durability == "fsync"
+        # Queued after _BEGIN_WRITE: wait for the writers' lock, take the transaction id.
+        self._take_lock = f"SELECT pg_advisory_xact_lock({self._key}), txid_current()"
         self._closed = False
         self._unknown: CommitOutcomeUnknown | None = None
         # Seconds spent beginning write transactions (mostly waiting for the writers' lock)
@@ -636,25 +727,33 @@ class PostgresBackend(Backend):
             return ReadOnlyLog(f"{what} at {self.location!r}: {str(e).strip()}")
         return _storage_error(e, f"{what} at {self.location!r}")
 
-    def _resolve(self, xid: int, cause: BaseException) -> None:
-        """The connection failed during COMMIT of transaction ``xid``: learn its fate."""
+    def _resolve(self, xid: int, cause: BaseException, *, committed: bool = False) -> None:
+        """The connection failed during COMMIT of transaction ``xid`` (or, ``committed``, during
+        the durable flush after it): learn its fate; in ``fsync`` mode a committed ``xid`` is
+        made durable before this returns (its status first, then a flush: the flush then
+        covers its commit record)."""
         delay = RETRY_SLEEP_S
         status: str | None = "unknown"
+        what = "flush after the commit" if committed else "commit"
         for attempt in range(RESOLVE_ATTEMPTS):
             try:
                 with self._connect() as conn:
                     row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
-                status = None if row is None else row[0]
+                    status = None if row is None else row[0]
+                    if status == "committed" and self._flush_after:
+                        conn.execute(_FLUSH_NOW)
             except (psycopg.Error, StorageError) as e:
                 log.warning(
-                    "%s: resolving commit %d, attempt %d: %s", self.location, xid, attempt, e
+                    "%s: resolving %s of %d, attempt %d: %s", self.location, what, xid, attempt, e
                 )
                 status = "unknown"
             if status == "committed":
-                log.warning("%s: commit of %d was cut off but had committed", self.location, xid)
+                log.warning("%s: %s of %d was cut off; it had committed", self.location, what, xid)
                 return
             if status == "aborted":
-                log.warning("%s: commit of %d was cut off and rolled back", self.location, xid)
+                log.warning(
+                    "%s: %s of %d was cut off; it was rolled back", self.location, what, xid
+                )
                 raise RetryableWrite(
                     f"the connection to {self.location!r} failed during COMMIT and the server "
                     f"rolled transaction {xid} back; run it again"
@@ -819,9 +918,7 @@ class PostgresBackend(Backend):
         with self._write_lock:
             conn = self._writer()
             try:
-                conn.execute(
-                    "BEGIN; SET LOCAL synchronous_commit = on; SELECT txid_current(); COMMIT"
-                )
+                conn.execute(_FLUSH_NOW)
             except psycopg.Error as e:
                 self._drop_writer()
                 raise _storage_error(e, f"syncing {self.location!r}") from e
@@ -859,6 +956,17 @@ class PostgresBackend(Backend):
 
 
 _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+_BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
+# A durable flush of the WAL up to now: a transaction with an id (so a commit record) that
+# commits synchronously. PostgreSQL flushes the WAL in order, so every commit inserted before
+# this one is durable once it returns; concurrent flushers share one disk flush.
+_FLUSH = (
+    "BEGIN",
+    "SET LOCAL synchronous_commit = on",
+    "SELECT txid_current()",
+    "COMMIT",
+)
+_FLUSH_NOW = "; ".join(_FLUSH)  # the same, as one simple query (outside a pipeline)
 
 
 class _ReadScope:

@@ -413,6 +413,51 @@ class BackendContract:
             assert r.last_key("a") == b"z"
             assert r.count("a") == 3
 
+    def test_last_item_stands_for_last_key(self, backend: Backend) -> None:
+        """``last_item`` is the greatest pair, in a read and in a write transaction, where it
+        also serves as the append check's ``last_key`` (a backend may keep it from there)."""
+        with backend.write() as w:
+            assert w.last_item("a") is None
+            w.append("a", b"k1", b"v1")
+            assert w.last_item("a") == (b"k1", b"v1")
+        with backend.write() as w:
+            assert w.last_item("a") == (b"k1", b"v1")
+            with pytest.raises(CheckpointError):
+                w.append("a", b"k0", b"older")  # the append check knows the table's end
+            w.append("a", b"k2", b"v2")
+            assert w.last_item("a") == (b"k2", b"v2")
+            assert w.last_key("a") == b"k2"
+            w.put("a", b"k9", b"v9")
+            assert w.last_item("a") == (b"k9", b"v9")
+            assert w.last_key("a") == b"k9"
+            assert w.last_item("b") is None
+        with backend.read() as r:
+            assert r.last_item("a") == (b"k9", b"v9")
+            assert r.last_item("b") is None
+
+    def test_prefetched_gets_see_the_transactions_own_writes(self, backend: Backend) -> None:
+        """``prefetch`` is only a hint: a get after it returns what a get without it would,
+        also after the transaction wrote the key (or the table) in between."""
+        self._fill(backend, "a", [b"k1", b"k2", b"k3"])
+        with backend.write() as w:
+            w.prefetch("a", [b"k1", b"k2", b"nope", b"", b"k" * 600])
+            w.prefetch("b", [b"k1"])
+            assert w.get("a", b"k1") == b"vk1"
+            assert w.get("a", b"nope") is None
+            assert w.get("a", b"k3") == b"vk3"  # not prefetched
+            assert w.get("b", b"k1") is None
+            w.put("a", b"k2", b"changed")
+            assert w.get("a", b"k2") == b"changed"
+            w.prefetch("a", [b"k1", b"k2"])
+            w.delete("a", b"k1")
+            assert w.get("a", b"k1") is None
+            assert w.get("a", b"k2") == b"changed"
+            w.prefetch("a", [b"k3"])
+            assert w.get_many("a", [b"k3", b"k2"]) == [b"vk3", b"changed"]
+        with backend.read() as r:
+            r.prefetch("a", [b"k2"])
+            assert r.get("a", b"k2") == b"changed"
+
     def test_delete_prefix(self, backend: Backend) -> None:
         self._fill(backend, "a", _PREFIX_KEYS)
         with backend.write() as w:

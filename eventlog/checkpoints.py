@@ -50,7 +50,7 @@ from eventlog.errors import (
     SeqOutOfRange,
     UnknownInvocation,
 )
-from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, Save, Tombstone
+from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, FanOutHeader, Save, Tombstone
 from eventlog.layout import LOG, STREAMS, U64, U64X2
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.materialized import (
@@ -67,6 +67,7 @@ from eventlog.materialized import (
     read_head,
     read_row,
     summary,
+    write_instance_saves,
     write_save,
     write_snapshot_mark,
 )
@@ -126,6 +127,16 @@ CATCH_UP_FRAMES_MIN: Final = 16  # a stale cached head folds up to this many new
 CATCH_UP_ROWS_PER_FRAME: Final = 4  # or one per this many rows a reload would read, if more
 
 
+def _snapshot_due(row: HeadRow | None, seq: int) -> bool:
+    """Whether the frame at ``seq`` after head row ``row`` is stored as a snapshot."""
+    if row is None:
+        return True
+    snap = row.snapshot_bytes
+    return row.chain_bytes > SNAPSHOT_RATIO * snap or seq - row.snapshot_seq >= max(
+        SNAPSHOT_FRAMES_MAX, snap // SNAPSHOT_BYTES_PER_FRAME
+    )
+
+
 class _HeadFrame(DeferredFrame):
     """A save: builds its frame against the stream head, then updates the head's rows."""
 
@@ -133,23 +144,26 @@ class _HeadFrame(DeferredFrame):
 
     def __init__(self, owner: CheckpointLog) -> None:
         self.owner = owner
-        self.plan: tuple[HeadRow | None, Save, Head, bool] | None = None
+        # (row before, the delta frame, the head after (None: built on the row alone),
+        # stored as a snapshot)
+        self.plan: tuple[HeadRow | None, Save, Head | None, bool] | None = None
 
     def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
         raise NotImplementedError
 
+    def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
+        return ((HEADS, U64.pack(sid)),)
+
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> CheckpointFrame:
-        before_head, before_row = self.owner._head(txn, stream, sid, seq)
+        return self._build_on_head(txn, stream, sid, seq, self.owner._row(txn, stream, sid))
+
+    def _build_on_head(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int, row: HeadRow | None
+    ) -> CheckpointFrame:
+        before_head, before_row = self.owner._head(txn, stream, sid, seq, row)
         frame, head = self._delta(before_head, stream)
         head.seq = seq
-        chain = before_row.chain_bytes if before_row is not None else 0
-        snap = before_row.snapshot_bytes if before_row is not None else 0
-        frames_since = seq - (before_row.snapshot_seq if before_row is not None else 0)
-        as_snapshot = (
-            before_row is None
-            or chain > SNAPSHOT_RATIO * snap
-            or frames_since >= max(SNAPSHOT_FRAMES_MAX, snap // SNAPSHOT_BYTES_PER_FRAME)
-        )
+        as_snapshot = _snapshot_due(before_row, seq)
         self.plan = (before_row, frame, head, as_snapshot)
         if not as_snapshot:
             return frame
@@ -163,6 +177,7 @@ class _HeadFrame(DeferredFrame):
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         assert self.plan is not None
         before_row, frame, head, as_snapshot = self.plan
+        assert head is not None
         sid = self.owner._sid_of(done)
         if as_snapshot:
             write_snapshot_mark(txn, sid, done.seq)
@@ -259,24 +274,63 @@ class _InstanceSaves(_HeadFrame):
         self.bytes = size
         return True
 
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> CheckpointFrame:
+        """Against the head row alone when the writer's cached head is not current (another
+        process appended, as when several share a fan-out) and no snapshot is due: the row's
+        fan-out layout is all a batch of changes needs, so nothing is caught up or reloaded
+        (O(changes), not O(instances) or O(what the others appended)). The frame is the same
+        either way."""
+        owner = self.owner
+        row = owner._row(txn, stream, sid)
+        cached = owner._cache.get(stream)
+        if (
+            row is None
+            or _snapshot_due(row, seq)
+            or (cached is not None and cached.seq == row.seq == seq - 1)
+        ):
+            return self._build_on_head(txn, stream, sid, seq, row)
+        owner._cache.pop(stream, None)  # stale: the next save that needs the head reloads it
+        headers = {(h.fan_out_node_name, h.namespace, h.lineage): h for h in reversed(row.layout)}
+        frame = self._frame(stream, True, headers, None)
+        self.plan = (row, frame, None, False)
+        return frame
+
     def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
-        self.rejected = rejected = []
-        slots: dict[_FanOutKey, Slot] = {}
+        headers: dict[_FanOutKey, FanOutHeader] = {}
+        slots: dict[int, Slot] = {}
         if head is not None:
             for slot in reversed(head.slots):  # the first fan-out with the key wins
                 h = slot.header
-                slots[(h.fan_out_node_name, h.namespace, h.lineage)] = slot
+                headers[(h.fan_out_node_name, h.namespace, h.lineage)] = h
+                slots[h.fid] = slot
+        frame = self._frame(stream, head is not None, headers, slots)
+        assert head is not None
+        head.last_saved_at = frame.saved_at
+        head.kind = frame.kind
+        return frame, head
+
+    def _frame(
+        self,
+        stream: str,
+        found: bool,
+        headers: dict[_FanOutKey, FanOutHeader],
+        slots: dict[int, Slot] | None,
+    ) -> Save:
+        """The frame of the changes the layout takes (the rest go to ``rejected``), each also
+        applied to ``slots`` (the writer's head) when given."""
+        self.rejected = rejected = []
         changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
         times: list[float] = []
         for ch in self.changes:
-            slot_or_none = slots.get(ch.key)
-            if slot_or_none is None or not 0 <= ch.index < slot_or_none.header.instance_count:
-                rejected.append(_instance_error(stream, head, ch, slot_or_none))
+            hd = headers.get(ch.key)
+            if hd is None or not 0 <= ch.index < hd.instance_count:
+                rejected.append(_instance_error(stream, found, ch, hd))
                 continue
-            slot = slot_or_none
-            slot.instances[ch.index] = ch.progress
-            slot.src = None
-            changes.append(_RawChange(slot.header.fid, ch.index, msgspec.Raw(ch.raw)))
+            if slots is not None:
+                slot = slots[hd.fid]
+                slot.instances[ch.index] = ch.progress
+                slot.src = None
+            changes.append(_RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw)))
             times.append(ch.saved_at)
         if not changes:
             first = rejected[0]
@@ -284,40 +338,49 @@ class _InstanceSaves(_HeadFrame):
                 first.add_note(f"{len(rejected) - 1} more save_instance call(s) were refused")
             self.rejected = []
             raise first
-        assert head is not None
-        head.last_saved_at = times[-1]
-        head.kind = "fan_out_internal"
-        frame = Save(
+        return Save(
             kind="fan_out_internal",
             saved_at=times[-1],
             instances=tuple(changes),
             instance_saved_at=tuple(times) if len(times) > 1 else (),
         )
-        return frame, head
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
-        super().appended(txn, done)
+        assert self.plan is not None
+        before_row, frame, head, _ = self.plan
+        if head is None:  # built against the row alone: no head to cache
+            assert before_row is not None
+            write_instance_saves(
+                txn,
+                self.owner._sid_of(done),
+                before_row,
+                frame,
+                seq=done.seq,
+                chain_bytes=before_row.chain_bytes + done.stored_bytes,
+            )
+        else:
+            super().appended(txn, done)
         if self.rejected:
             self.owner._rejected.append(self)
 
 
 def _instance_error(
-    stream: str, head: Head | None, ch: _InstanceChange, slot: Slot | None
+    stream: str, found: bool, ch: _InstanceChange, header: FanOutHeader | None
 ) -> InvalidRecord:
     name, namespace, _ = ch.key
-    if head is None:
+    if not found:
         return InvalidRecord(
             f"save_instance for {stream!r}: nothing is saved for this invocation; save a "
             "record whose fan_out_progress holds the fan-out first"
         )
-    if slot is None:
+    if header is None:
         return InvalidRecord(
             f"save_instance for {stream!r}: the head has no fan-out {name!r} in namespace "
             f"{namespace!r}; save a record whose fan_out_progress holds it first"
         )
     return InvalidRecord(
         f"save_instance for {stream!r}: index {ch.index} is outside fan-out {name!r} "
-        f"of {slot.header.instance_count} instances"
+        f"of {header.instance_count} instances"
     )
 
 
@@ -439,15 +502,19 @@ class CheckpointLog:
     def _sid_of(self, done: Appended) -> int:
         return self._sids[done.stream]
 
-    def _head(
-        self, txn: WriteTxn, stream: str, sid: int, seq: int
-    ) -> tuple[Head | None, HeadRow | None]:
+    def _row(self, txn: WriteTxn, stream: str, sid: int) -> HeadRow | None:
+        """The stream's head row, read in the write transaction that is about to change it."""
         self._sids[stream] = sid
         self._touched.add(stream)
         try:
-            row = read_row(txn, sid)
+            return read_row(txn, sid)
         except msgspec.DecodeError as e:
             raise damaged_row(stream, e, "saving to it") from e
+
+    def _head(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int, row: HeadRow | None
+    ) -> tuple[Head | None, HeadRow | None]:
+        """The head before the frame at ``seq``, given its row (:meth:`_row`)."""
         if row is None:
             self._cache.pop(stream, None)
             return None, None
@@ -455,7 +522,7 @@ class CheckpointLog:
         if head is not None and head.seq < row.seq == seq - 1:
             head = self._catch_up(txn, stream, sid, head, row)
         if head is None or head.seq != row.seq or row.seq != seq - 1:
-            loaded = read_head(txn, sid)
+            loaded = read_head(txn, sid, row)
             assert loaded is not None
             head = loaded[0]
         self._cache.pop(stream, None)  # re-inserted (most recent) once appended

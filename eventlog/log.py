@@ -834,8 +834,9 @@ class EventLog:
         self._resolve(batch)
 
     def _write(self, txn: WriteTxn, items: list[_Item]) -> dict[str, int]:
-        """Append ``items`` in one transaction; returns stream ids created by it."""
-        w = _TxnWriter(self, txn)
+        """Append ``items`` in one transaction; returns the stream ids it created or looked
+        up (kept once it commits: a stream's id never changes)."""
+        w = _TxnWriter(self, txn, items)
         for it in items:
             it.result = None
             sid, fresh = w.stream_id(it.stream)
@@ -871,7 +872,7 @@ class EventLog:
             it.result = done
         w.write_pending()
         self._gseq = w.gseq
-        return w.new_ids
+        return {**w.found_ids, **w.new_ids}
 
     def _keep_buffered(self, batch: list[_Item], failure: StorageError) -> None:
         """After ``failure``: put the buffered frames of ``batch`` that it stopped back in
@@ -1183,22 +1184,51 @@ class _TxnWriter:
     the transaction as it stands.
     """
 
-    def __init__(self, log: EventLog, txn: WriteTxn) -> None:
+    def __init__(self, log: EventLog, txn: WriteTxn, items: Sequence[_Item] = ()) -> None:
         self.txn = txn
         self.known = log._ids
         self.tails = log._tails
         self.seal = log._sealer.seal
         self.new_ids: dict[str, int] = {}
+        self.found_ids: dict[str, int] = {}  # ids another process gave, read in this txn
         self.next_id: int | None = None
         self.log_rows: list[tuple[bytes, bytes]] = []
         self.index_rows: list[tuple[bytes, bytes]] = []
         # The log's end, read in this transaction (and what append_many checks against: a
         # backend may keep it, as the PostgreSQL one does, sparing a query per commit).
-        last = txn.last_key(LOG)
+        item: tuple[bytes, bytes] | None = None
+        if log.backend.remote:
+            # What the deferred frames will read goes out with the first read, and the last
+            # frame comes with its key: with the lock, one round trip.
+            wanted: dict[str, list[bytes]] = {}
+            for it in items:
+                sid = self.known.get(it.stream)
+                if sid is not None and isinstance(it.frame, DeferredFrame):
+                    for table, key in it.frame.prefetch(sid):
+                        wanted.setdefault(table, []).append(key)
+            for table, keys in wanted.items():
+                txn.prefetch(table, keys)
+            item = txn.last_item(LOG)
+            last = item[0] if item is not None else None
+        else:
+            last = txn.last_key(LOG)
         found = U64.unpack(last)[0] if last is not None else 0
         if log._gseq != found:  # first commit, or another process appended
             self.tails.clear()
+            if item is not None:
+                self._tail_of_last(item[1], log.chain_key)
         self.gseq: int = found
+
+    def _tail_of_last(self, envelope: bytes, chain_key: bytes) -> None:
+        """The tail of the stream that wrote the log's last frame, from that frame, when its
+        checksum holds (otherwise the stream's index is read as usual, and says what is wrong):
+        with several writer processes on one stream, as a shared fan-out has, it is usually
+        the stream of the next frame, and this spares reading its tail."""
+        try:
+            env = open_envelope(envelope, chain_key=chain_key)
+        except CheckpointError:
+            return
+        self.tails[env.stream_id] = (env.seq, env.checksum)
 
     def stream_id(self, stream: str) -> tuple[int, bool]:
         """``(id, fresh)``: a fresh stream's id is recorded only once a frame lands."""
@@ -1208,6 +1238,7 @@ class _TxnWriter:
         raw_id = self.txn.get(STREAM_IDS, stream.encode("utf-8", "surrogatepass"))
         if raw_id is not None:
             found: int = U64.unpack(raw_id)[0]
+            self.found_ids[stream] = found
             return found, False
         if self.next_id is None:
             last_id = self.txn.last_key(STREAM_NAMES)
@@ -1256,6 +1287,11 @@ class DeferredFrame:
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         raise NotImplementedError
+
+    def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
+        """``(table, key)`` rows :meth:`build` will read for stream ``sid`` (a hint: on a
+        server they are fetched with the transaction's first read)."""
+        return ()
 
     def join(self, later: Any) -> bool:
         """Take ``later`` (the next buffered frame of the same stream) into this one, so both

@@ -16,7 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -183,21 +183,7 @@ def write_save(
             if hd.fid not in kept:
                 txn.delete_prefix(FANOUT, k + U32.pack(hd.fid))
     if delta.instances:
-        rows: list[tuple[bytes, bytes]] = []
-        pack, encode, raw_type = U32X2.pack, _enc.encode, msgspec.Raw
-        for ch in delta.instances:
-            key = k + pack(ch.fid, ch.index)
-            p: Any = ch.progress  # a batch carries each instance encoded already (msgspec.Raw)
-            value = bytes(p) if p.__class__ is raw_type else encode(p)
-            if value == NOT_STARTED_ROW:  # absent = not started (is_not_started, as bytes)
-                if rows:  # keep the order: an index may change more than once in a batch
-                    txn.put_many(FANOUT, rows)
-                    rows = []
-                txn.delete(FANOUT, key)
-            else:
-                rows.append((key, value))
-        if rows:
-            txn.put_many(FANOUT, rows)
+        _write_instances(txn, k, delta.instances)
     if before is None or before.correlation_id != head.correlation_id:
         if before is not None:
             txn.delete(BY_CORRELATION, corr_key(before.correlation_id, sid))
@@ -215,6 +201,39 @@ def write_save(
         snapshot_seq=snapshot_seq,
         chain_bytes=chain_bytes,
         snapshot_bytes=snapshot_bytes,
+    )
+    txn.put(HEADS, k, _enc.encode(row))
+    return row
+
+
+def _write_instances(txn: WriteTxn, k: bytes, instances: Iterable[Any]) -> None:
+    rows: list[tuple[bytes, bytes]] = []
+    pack, encode, raw_type = U32X2.pack, _enc.encode, msgspec.Raw
+    for ch in instances:
+        key = k + pack(ch.fid, ch.index)
+        p: Any = ch.progress  # a batch carries each instance encoded already (msgspec.Raw)
+        value = bytes(p) if p.__class__ is raw_type else encode(p)
+        if value == NOT_STARTED_ROW:  # absent = not started (is_not_started, as bytes)
+            if rows:  # keep the order: an index may change more than once in a batch
+                txn.put_many(FANOUT, rows)
+                rows = []
+            txn.delete(FANOUT, key)
+        else:
+            rows.append((key, value))
+    if rows:
+        txn.put_many(FANOUT, rows)
+
+
+def write_instance_saves(
+    txn: WriteTxn, sid: int, before: HeadRow, delta: Save, *, seq: int, chain_bytes: int
+) -> HeadRow:
+    """Apply ``delta``, a frame of instance changes only (which leaves every field of the
+    head row but its time, kind, seq and chain alone), to the rows: O(changes), with no
+    :class:`Head` at hand. Writes what :func:`write_save` would for the same frame."""
+    k = U64.pack(sid)
+    _write_instances(txn, k, delta.instances)
+    row = msgspec.structs.replace(
+        before, last_saved_at=delta.saved_at, kind=delta.kind, seq=seq, chain_bytes=chain_bytes
     )
     txn.put(HEADS, k, _enc.encode(row))
     return row

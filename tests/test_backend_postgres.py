@@ -58,7 +58,7 @@ class TestPostgresBackend(BackendContract):
                     w.put("a", k, b"")
             with backend.read() as r:
                 assert isinstance(r, _PgRead)
-                rows = r._q('SELECT k FROM {} ORDER BY k'.format(f'"{backend.schema}"."a"'))
+                rows = r._q("SELECT k FROM {} ORDER BY k".format(f'"{backend.schema}"."a"'))
             assert [k for (k,) in rows] == sorted(keys)
         finally:
             backend.close()
@@ -164,5 +164,93 @@ def test_a_forked_child_uses_connections_of_its_own(pg_schemas: PgSchemas, tmp_p
         backend.run_write(lambda txn: txn.put("a", b"parent", b"after"))
         with backend.read() as r:
             assert list(r.scan("a")) == [(b"child", b"2"), (b"parent", b"after")]
+    finally:
+        backend.close()
+
+
+class _Recorder:
+    """Records every statement the backend's connections are given (a spy on ``_connect``)."""
+
+    def __init__(self, backend: PostgresBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.statements: list[str] = []
+        connect = backend._connect
+
+        def recording_connect() -> psycopg.Connection[Any]:
+            conn = connect()
+            execute = conn.execute
+
+            def spy(query: Any, *args: Any, **kw: Any) -> Any:
+                self.statements.append(str(query))
+                return execute(query, *args, **kw)
+
+            conn.execute = spy  # type: ignore[method-assign]
+            return conn
+
+        backend._drop_writer()
+        monkeypatch.setattr(backend, "_connect", recording_connect)
+
+
+@pytest.mark.parametrize("durability", ["fsync", "process"])
+def test_writes_commit_under_the_lock_and_flush_after_it(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    """Every write transaction commits asynchronously, so the writers' lock (released at its
+    COMMIT) is never held through a disk flush; in ``fsync`` mode a synchronous flush
+    transaction follows in the same round trip, after the lock is free: the save returns only
+    once the WAL holding it is on disk (PostgreSQL flushes the WAL in order)."""
+    backend = PostgresBackend(pg_schemas.url(tmp_path), tables=TABLES, durability=durability)
+    try:
+        rec = _Recorder(backend, monkeypatch)
+        backend.run_write(lambda txn: txn.put("a", b"k", b"v"))
+        s = rec.statements
+        assert s[0] == "SET synchronous_commit = off"  # the write connection's setting
+        assert s[1] == "BEGIN ISOLATION LEVEL READ COMMITTED"
+        assert "pg_advisory_xact_lock" in s[2]  # queued: sent with the first read or COMMIT
+        commit = s.index("COMMIT")
+        flush = ["BEGIN", "SET LOCAL synchronous_commit = on", "SELECT txid_current()", "COMMIT"]
+        if durability == "fsync":
+            assert s[commit + 1 :] == flush
+        else:
+            assert s[commit + 1 :] == []
+        conn = backend._writer()
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        assert row is not None
+        assert row[0] == "off"
+    finally:
+        backend.close()
+
+
+def test_a_flush_cut_off_after_its_commit_is_made_durable_not_retried(
+    pg_schemas: PgSchemas,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The connection dies after the COMMIT succeeded, during the flush behind it: the write is
+    neither retried (it would save twice) nor reported failed; the backend flushes on a new
+    connection and returns."""
+    import backends.postgres as pg  # noqa: PLC0415
+
+    backend = PostgresBackend(pg_schemas.url(tmp_path), tables=TABLES)
+    calls: list[int] = []
+
+    def fn(txn: WriteTxn) -> None:
+        calls.append(1)
+        txn.put("a", b"k%d" % len(calls), b"v")
+
+    try:
+        # The pipelined flush kills its own connection; the flush of the resolution (run as
+        # one query, _FLUSH_NOW) is left as it is.
+        killing = ("BEGIN", "SELECT pg_terminate_backend(pg_backend_pid())", "COMMIT")
+        monkeypatch.setattr(pg, "_FLUSH", killing)
+        with caplog.at_level("WARNING", logger="ckptlog.postgres"):
+            backend.run_write(fn)
+        assert calls == [1]  # not retried
+        assert "flush after the commit" in caplog.text
+        assert "it had committed" in caplog.text
+        monkeypatch.undo()
+        backend.run_write(fn)  # still writable
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"k1", b"v"), (b"k2", b"v")]
     finally:
         backend.close()
