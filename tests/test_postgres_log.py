@@ -233,7 +233,9 @@ def test_killed_workers_and_cut_connections_lose_no_acknowledged_save(
 
     rng = random.Random(1808)
     workers, saves, instances = 4, 20, 600
-    url = pg_schemas.url(tmp_path)
+    # The workers' connections carry a name of this test's own: the cutter cuts only them.
+    app = "ckptlog-" + pg_schemas.url(tmp_path).split("schema=")[1]
+    url = pg_schemas.url(tmp_path, application_name=app)
     schema = url.split("schema=")[1]
     cl = CheckpointLog.open(url)
     cl.save("shared", make_record("shared", fan_outs=[fan_out("f", [NOT_STARTED] * instances)]))
@@ -257,8 +259,9 @@ def test_killed_workers_and_cut_connections_lose_no_acknowledged_save(
             while not stop.wait(rng.uniform(0.05, 0.2)):
                 row = conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE application_name = 'ckptlog' AND datname = current_database() "
-                    "AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1"
+                    "WHERE application_name = %s AND datname = current_database() "
+                    "AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1",
+                    (app,),
                 ).fetchone()
                 if row is not None and row[0]:
                     cuts.append(1)
@@ -400,3 +403,60 @@ def test_copy_between_lmdb_and_postgres_keeps_every_byte(
     assert code == 2
     assert "already holds a log" in err.getvalue()
     assert _rows(central) == _rows(src)
+
+
+def test_two_writers_sharing_a_fan_out_build_the_same_head(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two logs on one PostgreSQL log take turns saving instances of one fan-out (each then
+    finds the other appended since its last commit, and builds its batch on the head row
+    alone, without catching up), interleaved with whole-record saves and an out-of-range
+    index: the head equals what the calls mean, every seq's record folds consistently, the
+    bad index is refused by the flush of the log that saved it, and the log verifies."""
+    import eventlog.checkpoints as checkpoints  # noqa: PLC0415
+    from eventlog.errors import InvalidRecord  # noqa: PLC0415
+    from eventlog.records import FanOutInternalSaveBatching  # noqa: PLC0415
+
+    on_row = []
+    write_row_only = checkpoints.write_instance_saves
+
+    def counting(*args: object, **kw: object) -> object:
+        on_row.append(1)
+        return write_row_only(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checkpoints, "write_instance_saves", counting)
+    url = pg_schemas.url(tmp_path)
+    batching = FanOutInternalSaveBatching(flush_every=1000)
+    a = CheckpointLog.open(url, batching=batching)
+    b = CheckpointLog.open(url, batching=batching)
+    n = 40
+    try:
+        a.save("s", make_record("s", fan_outs=[fan_out("f", [NOT_STARTED] * n)]))
+        want = [NOT_STARTED] * n
+        for rnd in range(6):
+            for who, cl in (("a", a), ("b", b)):
+                for i in range(rnd, n, 7):
+                    want[i] = done({"by": who, "round": rnd, "i": i})
+                    cl.save_instance("s", "f", i, want[i], namespace=NS)
+                cl.flush()
+            if rnd == 3:  # a whole-record save between the batches: b's head is stale
+                rec = a.load("s")
+                assert rec is not None
+                a.save("s", rec)
+        b.save_instance("s", "f", n + 5, done("out of range"), namespace=NS)
+        b.save_instance("s", "f", 0, done("kept"), namespace=NS)
+        want[0] = done("kept")
+        with pytest.raises(InvalidRecord, match=rf"index {n + 5} is outside fan-out 'f'"):
+            b.flush()
+        assert len(on_row) >= 6  # most batches follow the other log's: built on the row
+    finally:
+        a.close()
+        b.close()
+    reader = CheckpointLog.open(url, readonly=True)
+    try:
+        head = reader.load("s")
+        assert head is not None
+        assert head.fan_out_progress[0].instances == tuple(want)
+        assert_history_consistent(reader, "s")
+    finally:
+        reader.close()
