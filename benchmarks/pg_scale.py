@@ -1,24 +1,37 @@
-"""Many writer processes on one PostgreSQL log: throughput and the writers' lock waits.
+"""Many writer processes on one PostgreSQL log: throughput and the writers' lock.
 
-``python -m benchmarks.pg_scale [--url URL] [--instances N] [--flush-every K] [--workers 1,2,4,8]``
+``python -m benchmarks.pg_scale [--url URL] [--instances N] [--flush-every K]
+[--workers 1,4,8] [--rounds R] [--json PATH]``
 
 Each run makes a fresh schema, saves one invocation whose fan-out has ``N`` instances, then
 starts the worker processes of ``tests/pg_writer.py``: each saves its share of the instances
 with ``save_instance`` (batched by ``K``; 0: every save durable, group commit only) plus a few
 whole-record saves, as workers on separate hosts would. Reported per worker count: instances
-saved per second of wall time (from the first worker's start to the last one's end, process
-start-up excluded by subtracting the slowest worker's open), commits, and the share of the
-workers' time spent waiting to begin a write transaction (the writers' lock).
+saved per second (``N`` over the slowest worker's run, process start-up excluded), commits,
+the share of the workers' time spent waiting for the writers' lock, and the **lock busy
+share**: the time the lock was held, summed over all workers' commits, over the run's time.
+A busy share well under 100% means the lock is not what limits throughput.
+
+Beside each row runs the same job on a **hand-rolled table with no lock at all**
+(``rows``: each worker writes its share to ``(job, item, result)`` in batches of ``K`` rows per
+durable commit, ``INSERT ... ON CONFLICT DO UPDATE`` from arrays, results msgspec-encoded):
+what this machine allows for the workload when nothing is serialized, so the ratio of the two
+is what ckptlog's ordering and chaining cost at that worker count. Rounds interleave the two
+and medians are reported; everything runs on the same server in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import psycopg
 
 from eventlog.checkpoints import CheckpointLog
@@ -26,75 +39,183 @@ from eventlog.testing import NOT_STARTED, fan_out, make_record
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "tests" / "pg_writer.py"
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _drop(base: str, schema: str) -> None:
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -> dict[str, float]:
+    """The ckptlog job with ``workers`` processes on a fresh schema (dropped afterwards)."""
     base = url.split("?", maxsplit=1)[0]
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    _drop(base, schema)
     full = f"{base}?schema={schema}"
-    cl = CheckpointLog.open(full)
-    cl.save("shared", make_record("shared", fan_outs=[fan_out("f", [NOT_STARTED] * instances)]))
-    cl.close()
-    start = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(WORKER),
-                full,
-                str(w),
-                str(workers),
-                "4",
-                str(instances),
-                str(flush_every),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for w in range(workers)
-    ]
-    outs = [p.communicate()[0] for p in procs]
-    wall = time.perf_counter() - start
-    assert all(p.returncode == 0 for p in procs)
-    stats = {"elapsed": 0.0, "commits": 0.0, "lockwait": 0.0}
-    worst = 0.0
-    for out in outs:
-        for line in out.splitlines():
-            key, _, val = line.partition(" ")
-            if key in stats:
-                stats[key] += float(val)
-                if key == "elapsed":
-                    worst = max(worst, float(val))
-    check = CheckpointLog.open(full, readonly=True)
-    ok = check.verify().ok
-    check.close()
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    try:
+        cl = CheckpointLog.open(full)
+        cl.save("shared", make_record("shared", fan_outs=[fan_out("f", [NOT_STARTED] * instances)]))
+        cl.close()
+        start = time.perf_counter()
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(WORKER),
+                    full,
+                    str(w),
+                    str(workers),
+                    "4",
+                    str(instances),
+                    str(flush_every),
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for w in range(workers)
+        ]
+        outs = [p.communicate()[0] for p in procs]
+        wall = time.perf_counter() - start
+        assert all(p.returncode == 0 for p in procs)
+        stats = {"elapsed": 0.0, "commits": 0.0, "lockwait": 0.0, "lockheld": 0.0}
+        worst = 0.0
+        for out in outs:
+            for line in out.splitlines():
+                key, _, val = line.partition(" ")
+                if key in stats:
+                    stats[key] += float(val)
+                    if key == "elapsed":
+                        worst = max(worst, float(val))
+        check = CheckpointLog.open(full, readonly=True)
+        ok = check.verify().ok
+        check.close()
+    finally:
+        _drop(base, schema)
     return {
         "workers": workers,
         "inst_per_s": instances / worst,
         "wall_s": wall,
         "commits": stats["commits"],
         "lock_wait_share": stats["lockwait"] / stats["elapsed"],
+        "lock_busy_share": stats["lockheld"] / worst,
         "verify_ok": float(ok),
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/test")
-    ap.add_argument("--instances", type=int, default=4000)
-    ap.add_argument("--flush-every", type=int, default=0)
-    ap.add_argument("--workers", default="1,2,4,8")
-    a = ap.parse_args()
-    print("workers  instances/s  commits  lock-wait share  verify")
-    for n in map(int, a.workers.split(",")):
-        r = run(a.url, "bench_pg_scale", n, a.instances, a.flush_every)
+def rows_worker(url: str, schema: str, w: int, workers: int, instances: int, batch: int) -> None:
+    """One worker of the hand-rolled peer (``--rows-worker``): its share, ``batch`` rows per
+    durable commit; prints its elapsed time."""
+    enc = msgspec.msgpack.Encoder()
+    mine = list(range(w, instances, workers))
+    start = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")
+        q = (
+            f'INSERT INTO "{schema}".results (job, item, result) '
+            "SELECT 'shared', * FROM unnest(%b::int4[], %b::bytea[]) "
+            "ON CONFLICT (job, item) DO UPDATE SET result = EXCLUDED.result"
+        )
+        for k in range(0, len(mine), max(batch, 1)):
+            part = mine[k : k + max(batch, 1)]
+            vals = [enc.encode({"status": "completed", "result": {"w": w, "i": i}}) for i in part]
+            with conn.transaction():
+                conn.execute(q, (part, vals), binary=True)
+    print(f"elapsed {time.perf_counter() - start:.4f}", flush=True)
+
+
+def run_rows(url: str, schema: str, workers: int, instances: int, batch: int) -> dict[str, float]:
+    base = url.split("?", maxsplit=1)[0]
+    _drop(base, schema)
+    try:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+            conn.execute(
+                f'CREATE TABLE "{schema}".results '
+                "(job text, item int4, result bytea NOT NULL, PRIMARY KEY (job, item))"
+            )
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.pg_scale",
+                    "--rows-worker",
+                    f"{w},{workers},{instances},{batch}",
+                    "--url",
+                    base,
+                    "--schema",
+                    schema,
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for w in range(workers)
+        ]
+        outs = [p.communicate()[0] for p in procs]
+        assert all(p.returncode == 0 for p in procs)
+        worst = max(float(o.split()[-1]) for o in outs)
+        with psycopg.connect(base, autocommit=True) as conn:
+            row = conn.execute(f'SELECT count(*) FROM "{schema}".results').fetchone()
+        assert row is not None
+        assert row[0] == instances
+    finally:
+        _drop(base, schema)
+    return {"workers": workers, "inst_per_s": instances / worst}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", default=DEFAULT_URL)
+    ap.add_argument("--instances", type=int, default=100_000)
+    ap.add_argument("--flush-every", type=int, default=256)
+    ap.add_argument("--workers", default="1,4,8")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None, help="write the medians here")
+    ap.add_argument("--rows-worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--schema", default="bench_pg_scale_rows", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.rows_worker is not None:
+        w, workers, instances, batch = map(int, a.rows_worker.split(","))
+        rows_worker(a.url, a.schema, w, workers, instances, batch)
+        return 0
+    counts = [int(n) for n in a.workers.split(",")]
+    got: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+    peer: dict[int, list[float]] = {n: [] for n in counts}
+    for _ in range(a.rounds):
+        for n in counts:
+            got[n].append(run(a.url, "bench_pg_scale", n, a.instances, a.flush_every))
+            peer[n].append(
+                run_rows(a.url, "bench_pg_scale_rows", n, a.instances, a.flush_every)["inst_per_s"]
+            )
+    print(
+        f"{a.instances:,} instances, batches of {a.flush_every} (0: each save durable), fsync, "
+        f"median of {a.rounds} round(s)"
+    )
+    print("workers  ckptlog inst/s  lock wait  lock busy  rows (no lock) inst/s  ratio  verify")
+    table: list[dict[str, Any]] = []
+    for n in counts:
+        med = {k: statistics.median(r[k] for r in got[n]) for k in got[n][0]}
+        rows = statistics.median(peer[n])
+        ok = all(r["verify_ok"] for r in got[n])
         print(
-            f"{n:7d}  {r['inst_per_s']:11.0f}  {r['commits']:7.0f}  "
-            f"{100 * r['lock_wait_share']:14.1f}%  {bool(r['verify_ok'])}"
+            f"{n:7d}  {med['inst_per_s']:14,.0f}  {100 * med['lock_wait_share']:8.1f}%  "
+            f"{100 * med['lock_busy_share']:8.1f}%  {rows:21,.0f}  "
+            f"{med['inst_per_s'] / rows:5.2f}  {ok}"
+        )
+        table.append({**med, "rows_inst_per_s": rows, "ratio_vs_rows": med["inst_per_s"] / rows})
+    if a.json is not None:
+        a.json.write_text(
+            json.dumps(
+                {
+                    "instances": a.instances,
+                    "flush_every": a.flush_every,
+                    "rounds": a.rounds,
+                    "rows": table,
+                },
+                indent=2,
+            )
         )
     return 0
 

@@ -12,8 +12,9 @@ with its own connections, as a worker on another host would be) and interleaves:
 then flushes and closes. It prints ``ack own-W N`` after save ``N`` returned, ``inst I`` after
 ``save_instance`` of instance ``I`` returned when it is durable (``FLUSH_EVERY`` 0), ``flushed K``
 after a flush that covered its first ``K`` instances returned, and finally ``elapsed SECONDS``,
-``commits N`` and ``lockwait SECONDS`` (time spent beginning write transactions: the wait
-for the writers' lock).
+``commits N``, ``lockwait SECONDS`` (from beginning a write transaction to the writers' lock's
+grant, which comes with its first read) and ``lockheld SECONDS`` (from the grant to the commit's
+answer).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def main() -> int:
     emit(f"elapsed {time.perf_counter() - start:.4f}")
     emit(f"commits {getattr(backend, 'commits', 0)}")
     emit(f"lockwait {getattr(backend, 'lock_wait_s', 0.0):.4f}")
+    emit(f"lockheld {getattr(backend, 'lock_held_s', 0.0):.4f}")
     return 0
 
 
