@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import logging
 import os
 import random
 import secrets
@@ -103,6 +104,20 @@ WORKERS_N = (100_000, 2_000)
 WORKERS_ROUNDS = (3, 1)
 WORKER_COUNTS = (1, 4, 8)
 RESULT_WORDS = 24
+
+
+class Warnings(logging.Handler):
+    """Keeps the warnings logged during the run (e.g. the backend retrying a write after the
+    server dropped its connection), so the JSON and the page say the run was disturbed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = f"{record.name}: {record.getMessage()}"
+        print(message, file=sys.stderr)
+        self.messages.append(message[:300])
 
 
 # -- schemas -----------------------------------------------------------------------------------
@@ -610,6 +625,8 @@ def main(argv: list[str] | None = None) -> int:
         "instances": bench_instances,
         "workers": bench_workers,
     }
+    warnings = Warnings()
+    logging.getLogger().addHandler(warnings)
     started = time.perf_counter()
     before = loadavg()
     payload: dict[str, Any] = {
@@ -640,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         schemas.drop_all()
     payload["schemas_created_and_dropped"] = schemas.ever
+    payload["warnings_logged"] = len(warnings.messages)
+    payload["warnings"] = warnings.messages[:20]
     payload["loadavg_after"] = loadavg()
     payload["seconds"] = time.perf_counter() - started
     payload["environment"] = environment(

@@ -190,7 +190,7 @@ def markdown(payload: dict[str, Any], json_path: str) -> str:
         f"{payload['loadavg_before']} before / {payload['loadavg_after']} after. The machine is "
         "shared with other sessions running at the same time: timings are noisy, so the stores "
         "are alternated in rounds within the run and the ratios (median of the per-round ratios) "
-        "are the figures to read, not the absolute rates.",
+        "are the figures to read, not the absolute rates." + disturbed(payload),
         "",
         "What is compared (each store in a fresh schema of its own, durability like for like: "
         "`fsync` = `synchronous_commit = on`, `process` = `off`):",
@@ -231,6 +231,18 @@ def _md_table(headers: list[str], rows: list[list[str]], align: str) -> list[str
     out.append("|" + "|".join("---" if a == "l" else "---:" for a in align) + "|")
     out += ["| " + " | ".join(row) + " |" for row in rows]
     return out
+
+
+def disturbed(payload: dict[str, Any]) -> str:
+    """A sentence on the warnings logged during the run, if any."""
+    n = payload.get("warnings_logged") or 0
+    if not n:
+        return ""
+    first = payload["warnings"][0]
+    return (
+        f' {n} warning(s) were logged during this run (the first: "{first}"); '
+        "the figures around them were disturbed."
+    )
 
 
 def replace_section(text: str, section: str) -> str:
