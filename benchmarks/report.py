@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO_ROOT, print_table
+from benchmarks.pg_report import RESULTS as PG_RESULTS
+from benchmarks.pg_report import stored_section
 
 DOC = REPO_ROOT / "docs" / "benchmarks.md"
 PLOTS_DIRNAME = "benchmarks"  # docs/benchmarks/*.png, next to the page
@@ -655,7 +657,12 @@ def _target_lines(payload: dict[str, Any]) -> list[str]:
 
 
 def render(
-    payload: dict[str, Any], *, json_path: str, plots: dict[str, str], plot_note: str
+    payload: dict[str, Any],
+    *,
+    json_path: str,
+    plots: dict[str, str],
+    plot_note: str,
+    pg_section: str | None = None,
 ) -> str:
     settings = payload["settings"]
     budgets = ", ".join(f"{k} {v:.0f} s" for k, v in settings["build_budget_s"].items())
@@ -732,11 +739,16 @@ def render(
         partial = _partial_note(sc)
         if partial:
             lines += ["Stopped at the time budget:", ""] + [f"- {n}" for n in partial] + [""]
+    if pg_section:  # python -m benchmarks.pg_compare's own section, from its stored JSON
+        lines += [pg_section.rstrip(), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_doc(payload: dict[str, Any], doc: Path, *, json_path: Path | str) -> Path:
-    """Write ``doc`` (and its plots beside it) from ``payload``."""
+def write_doc(
+    payload: dict[str, Any], doc: Path, *, json_path: Path | str, pg_json: Path | None = PG_RESULTS
+) -> Path:
+    """Write ``doc`` (and its plots beside it) from ``payload``, with the PostgreSQL section
+    of ``pg_json`` (``benchmarks.pg_compare``'s last stored run) when that file exists."""
     plots_dir = doc.parent / PLOTS_DIRNAME
     plots, note = plot(payload, plots_dir)
     shown = Path(json_path)
@@ -745,7 +757,14 @@ def write_doc(payload: dict[str, Any], doc: Path, *, json_path: Path | str) -> P
     doc.parent.mkdir(parents=True, exist_ok=True)
     tmp = doc.with_name(doc.name + ".tmp")
     tmp.write_text(
-        render(payload, json_path=str(shown), plots=plots, plot_note=note), encoding="utf-8"
+        render(
+            payload,
+            json_path=str(shown),
+            plots=plots,
+            plot_note=note,
+            pg_section=stored_section(pg_json) if pg_json is not None else None,
+        ),
+        encoding="utf-8",
     )
     tmp.replace(doc)
     return doc
