@@ -612,6 +612,13 @@ class PutFrame(ViewFrame):
         self.serde = serde
         self.memos: list[tuple[str, Memo | None]] = []
 
+    def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
+        for planned in self.pending:
+            blob = planned.blob
+            if blob.kind in (BLOB_APPEND, BLOB_PATCH):
+                yield BLOBS, blob_key(sid, blob.channel, planned.base_vkey)
+        yield CHECKPOINTS, checkpoint_key(sid, self.head.checkpoint_id)  # for apply_rows
+
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
         blobs: list[LgBlob] = []
         memos: list[tuple[str, Memo | None]] = []
@@ -635,6 +642,14 @@ class WritesFrame(ViewFrame):
     def __init__(self, tkey: bytes, frame: LgWrites) -> None:
         super().__init__(tkey)
         self.planned = frame
+
+    def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
+        f = self.planned
+        return [
+            (WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx))
+            for w in f.writes
+            if w.idx >= 0
+        ]
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgWrites | None:
         f = self.planned
