@@ -16,26 +16,33 @@ Invariants:
   statement after the lock sees every earlier commit (REPEATABLE READ would have fixed its
   snapshot before waiting for the lock). Commit order is therefore visibility order: a reader
   that sees a commit sees every commit before it (no gap seen and then filled). Inside the
-  transaction psycopg's pipeline mode queues writes: they go to the server with the next read
-  or the COMMIT (an error one meets is raised there; the transaction is then rolled back).
+  transaction psycopg's pipeline mode queues statements: ``BEGIN`` and the lock go to the
+  server with the first read (with it, what :meth:`ReadTxn.prefetch` asked for), writes with
+  the next read or the COMMIT (an error one meets is raised there; the transaction is then
+  rolled back). So the lock is held for two round trips of a typical commit.
 - A read transaction is ``REPEATABLE READ READ ONLY`` on a pooled connection, its snapshot
   pinned when it begins. Reads stream in keyset chunks (64, 256, ... rows): no server-side
   cursor, so an abandoned iterator costs nothing. A read whose connection is lost before the
   transaction returned anything begins again once on a new connection; later, it raises
   :class:`StorageError` (the caller reads again).
-- ``"fsync"`` sets ``synchronous_commit = on``: a commit returns once its WAL is flushed on the
-  server, so it survives a killed client, a crashed server and a power loss of the server
-  (given honest disks and ``fsync = on`` there). ``"process"`` sets ``synchronous_commit = off``:
-  the commit returns before the flush; it survives a killed client (the server has it) but a
+- Every write transaction commits with ``synchronous_commit = off``: visible at once, the
+  writers' lock released without waiting for the disk. ``"fsync"`` then runs a flush
+  transaction (``_FLUSH``: a transaction id, committed synchronously) in the same round trip,
+  after the lock is free: the WAL is flushed in order, so the write is on disk when it returns,
+  and the flushes of all writers overlap. It survives a killed client, a crashed server and a
+  power loss of the server (given honest disks and ``fsync = on`` there); a reader may see it
+  for the moment before its flush (a server crash then loses it; its writer was not yet
+  answered). ``"process"`` stops there: it survives a killed client (the server has it) but a
   crash of the server or its machine loses the last commits not yet flushed by the WAL writer
   (up to 3 x ``wal_writer_delay``, 600 ms by default), never a partial one and never an earlier
   one while keeping a later one. :meth:`PostgresBackend.sync` flushes them.
 - A write whose connection fails before COMMIT was rolled back by the server: it raises
   :class:`RetryableWrite` (``run_write`` retries it, bounded, with backoff, logged); so does a
   write that cannot set up its connection. Opening retries the schema check likewise. A connection
-  lost *during* COMMIT is ambiguous: the backend reconnects and asks the server for the
-  transaction's fate by its id (``txid_status``, the id taken in the same transaction): committed
-  is success, aborted is retried, and if it cannot find out it raises
+  lost *during* COMMIT (or during the flush after it) is ambiguous: the backend reconnects and
+  asks the server for the transaction's fate by its id (``txid_status``, the id taken in the
+  same transaction, known before the COMMIT is sent): committed is success once flushed again,
+  aborted is retried, and if it cannot find out it raises
   :class:`CommitOutcomeUnknown` and refuses every later write of this backend (a retry could
   duplicate the batch): reopen the log and read what landed.
 - After ``fork`` the child never uses the parent's connections (they share its sockets); it
