@@ -22,6 +22,7 @@ import atexit
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -45,20 +46,27 @@ def drop_created() -> None:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-def _open(directory: Path, durability: str, batch: int = 0) -> Checkpointer:
+def _schema_of(directory: Path) -> str:
+    """The store's schema (named in a file in ``directory``; a new one the first time, dropped
+    when this process exits)."""
     marker = directory / SCHEMA_FILE
     if marker.exists():
-        schema = marker.read_text(encoding="utf-8").strip()
-    else:
-        prefix = os.environ.get("CKPTLOG_BENCH_PG_PREFIX", "bench_")
-        schema = prefix + secrets.token_hex(6)
-        directory.mkdir(parents=True, exist_ok=True)
-        marker.write_text(schema, encoding="utf-8")
-        if not _created:
-            atexit.register(drop_created)
-        _created.append(schema)
+        return marker.read_text(encoding="utf-8").strip()
+    prefix = os.environ.get("CKPTLOG_BENCH_PG_PREFIX", "bench_")
+    schema = prefix + secrets.token_hex(6)
+    directory.mkdir(parents=True, exist_ok=True)
+    marker.write_text(schema, encoding="utf-8")
+    if not _created:
+        atexit.register(drop_created)
+    _created.append(schema)
+    return schema
+
+
+def _open(directory: Path, durability: str, batch: int = 0) -> Checkpointer:
     batching = FanOutInternalSaveBatching(flush_every=batch) if batch > 0 else None
-    return Checkpointer.open(f"{URL}?schema={schema}", durability=durability, batching=batching)
+    return Checkpointer.open(
+        f"{URL}?schema={_schema_of(directory)}", durability=durability, batching=batching
+    )
 
 
 def fsync(directory: Path) -> Checkpointer:
@@ -87,5 +95,70 @@ for _factory, _kind in (
     (process, "process"),
     (fsync_batched, "fsync"),
     (process_batched, "process"),
+):
+    _factory.durability = _kind  # type: ignore[attr-defined]
+
+
+# -- LangGraph savers on the same server: ours and LangGraph's own PostgresSaver -------------
+
+
+def _lg_ours(directory: Path, durability: str) -> Any:
+    from eventlog.integrations.langgraph import LmdbSaver  # noqa: PLC0415 - optional peer
+
+    return LmdbSaver.open(f"{URL}?schema={_schema_of(directory)}", durability=durability)
+
+
+def lg_fsync(directory: Path) -> Any:
+    """ckptlog's LangGraph saver on PostgreSQL, ``fsync``."""
+    return _lg_ours(directory, "fsync")
+
+
+def lg_process(directory: Path) -> Any:
+    """ckptlog's LangGraph saver on PostgreSQL, ``process``."""
+    return _lg_ours(directory, "process")
+
+
+def _pg_saver(directory: Path, sync: str) -> Any:
+    """LangGraph's ``PostgresSaver`` (langgraph-checkpoint-postgres) in the store's schema, on a
+    connection opened as its ``from_conn_string`` opens one, with ``synchronous_commit`` set
+    like for like; closing the saver closes the connection."""
+    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415 - optional peer
+    from psycopg.rows import dict_row  # noqa: PLC0415
+
+    schema = _schema_of(directory)
+    with psycopg.connect(URL, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    conn = psycopg.connect(
+        URL,
+        autocommit=True,
+        prepare_threshold=0,
+        row_factory=dict_row,
+        options=f"-c search_path={schema} -c synchronous_commit={sync}",
+    )
+
+    class ClosingPostgresSaver(PostgresSaver):
+        def close(self) -> None:
+            conn.close()
+
+    saver = ClosingPostgresSaver(conn)
+    saver.setup()
+    return saver
+
+
+def pgsaver_fsync(directory: Path) -> Any:
+    """LangGraph's ``PostgresSaver``, ``synchronous_commit = on``."""
+    return _pg_saver(directory, "on")
+
+
+def pgsaver_process(directory: Path) -> Any:
+    """LangGraph's ``PostgresSaver``, ``synchronous_commit = off``."""
+    return _pg_saver(directory, "off")
+
+
+for _factory, _kind in (
+    (lg_fsync, "fsync"),
+    (lg_process, "process"),
+    (pgsaver_fsync, "fsync"),
+    (pgsaver_process, "process"),
 ):
     _factory.durability = _kind  # type: ignore[attr-defined]
