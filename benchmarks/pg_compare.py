@@ -97,6 +97,9 @@ TARGETS = {"linear": 3.0, "growth": 0.1, "instances": 1.0}
 # (full, quick) sizes
 LINEAR_STEPS = (500, 30)
 LINEAR_ROUNDS = (7, 2)
+# the unchanged part of the state, beside the ~200-byte result each step writes (the linear
+# scenario of the LMDB harness: 200 B, 4 KiB, 64 KiB states)
+LINEAR_DOC_BYTES = ((0, 4096, 65536), (0, 4096))
 GROWTH_STEPS = (1_000, 50)
 INSTANCES_N = (50_000, 1_000)
 INSTANCES_ROUNDS = (5, 2)
@@ -206,6 +209,16 @@ def ratio_stats(ours: list[float], theirs: list[float]) -> dict[str, float]:
 class Work(TypedDict):
     n: int
     result: dict[str, Any]
+    doc: str  # the rest of the state: set by the input, read, never rewritten by the node
+
+
+def document(size: int, rng: random.Random) -> str:
+    """``size`` bytes of words: the part of a state each step carries but does not change."""
+    words = ("alpha", "beta", "gamma", "delta", "tool", "call", "plan", "answer", "state")
+    text = ""
+    while len(text) < size:
+        text += " ".join(rng.choice(words) for _ in range(64)) + "\n"
+    return text[:size]
 
 
 def work_graph(steps: int, rng: random.Random) -> StateGraph[Work]:
@@ -225,8 +238,9 @@ def work_graph(steps: int, rng: random.Random) -> StateGraph[Work]:
 Call = tuple[str, tuple[Any, ...]]
 
 
-def record_calls(steps: int) -> list[Call]:
-    """The ``put`` and ``put_writes`` calls of one run of :func:`work_graph`, in order."""
+def record_calls(steps: int, doc_bytes: int = 0) -> list[Call]:
+    """The ``put`` and ``put_writes`` calls of one run of :func:`work_graph` whose input carries
+    a document of ``doc_bytes``, in order."""
     calls: list[Call] = []
     saver = InMemorySaver()
     put, put_writes = saver.put, saver.put_writes
@@ -243,7 +257,8 @@ def record_calls(steps: int) -> list[Call]:
     saver.put_writes = rec_writes  # type: ignore[method-assign]
     graph = work_graph(steps, random.Random(SEED)).compile(checkpointer=saver)
     config = {"configurable": {"thread_id": "rec"}, "recursion_limit": steps + 10}
-    out = graph.invoke({"n": 0, "result": {}}, config)  # type: ignore[arg-type]
+    doc = document(doc_bytes, random.Random(SEED + 1))
+    out = graph.invoke({"n": 0, "result": {}, "doc": doc}, config)  # type: ignore[arg-type]
     if out["n"] != steps:
         raise SystemExit(f"recording: expected {steps} steps, got {out['n']}")
     return calls
@@ -267,9 +282,31 @@ def replay(saver: BaseCheckpointSaver[Any], calls: list[Call], thread: str) -> f
 
 def bench_linear(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
     steps, rounds = LINEAR_STEPS[quick], LINEAR_ROUNDS[quick]
-    calls = record_calls(steps)
-    puts = sum(1 for kind, _ in calls if kind == "put")
-    writes = len(calls) - puts
+    rows: list[dict[str, Any]] = []
+    for doc_bytes in LINEAR_DOC_BYTES[quick]:
+        calls = record_calls(steps, doc_bytes)
+        puts = sum(1 for kind, _ in calls if kind == "put")
+        writes = len(calls) - puts
+        rows.extend(
+            {"doc_bytes": doc_bytes, **row}
+            for row in _linear_rows(url, schemas, steps, rounds, calls, puts)
+        )
+    return {
+        "steps": steps,
+        "rounds": rounds,
+        "puts_per_round": puts,
+        "put_writes_per_round": writes,
+        "unit": "checkpoints/s (each put with the put_writes before it)",
+        "ours": "ckptlog LmdbSaver.open(postgresql://...?schema=...)",
+        "theirs": "langgraph PostgresSaver (.setup(), autocommit connection)",
+        "target_min": TARGETS["linear"],
+        "rows": rows,
+    }
+
+
+def _linear_rows(
+    url: str, schemas: Schemas, steps: int, rounds: int, calls: list[Call], puts: int
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for durability, sync in DURABILITIES:
         ours_schema, theirs_schema = schemas.new("lg_ours"), schemas.new("lg_pgsaver")
@@ -309,17 +346,7 @@ def bench_linear(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
                 else (commits1 - commits0) / (rounds * len(calls)),
             }
         )
-    return {
-        "steps": steps,
-        "rounds": rounds,
-        "puts_per_round": puts,
-        "put_writes_per_round": writes,
-        "unit": "checkpoints/s (each put with the put_writes before it)",
-        "ours": "ckptlog LmdbSaver.open(postgresql://...?schema=...)",
-        "theirs": "langgraph PostgresSaver (.setup(), autocommit connection)",
-        "target_min": TARGETS["linear"],
-        "rows": rows,
-    }
+    return rows
 
 
 # -- 2. storage growth -------------------------------------------------------------------------

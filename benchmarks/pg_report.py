@@ -18,6 +18,14 @@ DOC = REPO_ROOT / "docs" / "benchmarks.md"
 SECTION_TITLE = "## PostgreSQL: against LangGraph's PostgresSaver and a hand-rolled table"
 
 
+def _state(row: dict[str, Any]) -> str:
+    """The state of a linear row: the ~200-byte result plus the unchanged document."""
+    doc = row.get("doc_bytes", 0)
+    if not doc:
+        return "~200 B"
+    return f"{doc // 1024} KiB + 200 B" if doc % 1024 == 0 else f"{doc + 200:,} B"
+
+
 def tables(payload: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]], str]]:
     """(title, headers, rows, align) of every section present."""
     out = []
@@ -28,6 +36,7 @@ def tables(payload: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 f"1. LangGraph saves, {s['steps']} steps a round, {s['rounds']} rounds "
                 f"(checkpoints/s, each with its put_writes; median over rounds)",
                 [
+                    "state",
                     "durability",
                     "ckptlog (PG)",
                     "PostgresSaver",
@@ -37,6 +46,7 @@ def tables(payload: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 ],
                 [
                     [
+                        _state(r),
                         f"{r['durability']} (sync_commit {r['synchronous_commit']})",
                         fmt_int(r["ours_median"]),
                         fmt_int(r["theirs_median"]),
@@ -46,7 +56,7 @@ def tables(payload: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                     ]
                     for r in s["rows"]
                 ],
-                "lrrrrr",
+                "llrrrrr",
             )
         )
     if "growth" in payload:
@@ -134,7 +144,8 @@ def verdicts(payload: dict[str, Any]) -> list[str]:
         for r in s["rows"]:
             v = r["median_of_ratios"]
             lines.append(
-                f"LangGraph saves at {r['durability']}: ours {v:.2f}x PostgresSaver "
+                f"LangGraph saves, {_state(r)} state, at {r['durability']}: ours {v:.2f}x "
+                "PostgresSaver "
                 f"(target >= {s['target_min']:g}x): {'met' if v >= s['target_min'] else 'missed'}."
             )
     if "growth" in payload:
