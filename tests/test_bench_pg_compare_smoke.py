@@ -33,7 +33,12 @@ def test_pg_compare_benchmark_quick(tmp_path: Path) -> None:
     assert data["packages"]["langgraph-checkpoint-postgres"]
     assert data["server"]["server_version"]
     assert data["environment"]["git"]
-    assert [r["durability"] for r in data["linear"]["rows"]] == ["fsync", "process"]
+    assert [(r["doc_bytes"], r["durability"]) for r in data["linear"]["rows"]] == [
+        (0, "fsync"),
+        (0, "process"),
+        (4096, "fsync"),
+        (4096, "process"),
+    ]
     assert all(r["ours_median"] > 0 and r["theirs_median"] > 0 for r in data["linear"]["rows"])
     assert data["growth"]["steps"] == 50
     assert data["growth"]["ours"]["growth"] > 0
