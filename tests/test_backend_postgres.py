@@ -254,3 +254,40 @@ def test_a_flush_cut_off_after_its_commit_is_made_durable_not_retried(
             assert list(r.scan("a")) == [(b"k1", b"v"), (b"k2", b"v")]
     finally:
         backend.close()
+
+
+def test_bytea_arrays_are_sent_in_binary_as_the_server_reads_them(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """The hand-built binary ``bytea[]`` parameter reads back on the server as the items,
+    for any bytes (empty, zero bytes, long), bytes-likes, and the empty list."""
+    from hypothesis import given, settings  # noqa: PLC0415
+    from hypothesis import strategies as st  # noqa: PLC0415
+
+    from backends.postgres import _bytea_array  # noqa: PLC0415
+
+    backend = PostgresBackend(pg_schemas.url(tmp_path), tables=TABLES)
+    conn = backend._connect()
+    try:
+
+        @settings(max_examples=60, deadline=None)
+        @given(st.lists(st.binary(max_size=300), max_size=40), st.booleans())
+        def roundtrip(items: list[bytes], as_views: bool) -> None:
+            sent: list[Any] = [memoryview(b) if as_views else bytearray(b) for b in items]
+            row = conn.execute(
+                "SELECT %b::bytea[], cardinality(%b::bytea[])",
+                (_bytea_array(sent), _bytea_array(items)),
+                binary=True,
+            ).fetchone()
+            assert row is not None
+            assert [bytes(v) for v in row[0]] == items
+            assert row[1] == len(items)
+
+        roundtrip()
+        big = [b"\x00" * 70_000, b"", b"\xff"]
+        row = conn.execute("SELECT %b::bytea[]", (_bytea_array(big),), binary=True).fetchone()
+        assert row is not None
+        assert [bytes(v) for v in row[0]] == big
+    finally:
+        conn.close()
+        backend.close()
