@@ -182,14 +182,25 @@ class Backend(abc.ABC):
         for ``verify`` (LMDB: meta pages that disagree); none by default."""
         return []
 
-    def run_write(self, fn: Callable[[WriteTxn], T], *, attempts: int = 8) -> T:
+    def run_write(
+        self,
+        fn: Callable[[WriteTxn], T],
+        *,
+        attempts: int = 8,
+        before_lock: Callable[[WriteTxn], None] | None = None,
+    ) -> T:
         """Run ``fn`` in a write transaction, running it again after a :class:`RetryableWrite`.
 
         ``fn`` must not have effects outside the transaction, since it may run more than once.
+        ``before_lock`` runs first in the same transaction and only writes: on a backend whose
+        writers share a lock (PostgreSQL), before the lock is taken, so other writers need not
+        wait for it; elsewhere simply first.
         """
         for attempt in range(attempts):
             try:
                 with self.write() as txn:
+                    if before_lock is not None:
+                        before_lock(txn)
                     return fn(txn)
             except RetryableWrite:
                 if attempt == attempts - 1:

@@ -565,10 +565,13 @@ class _WriteScope:
     ``COMMIT`` is sent (:meth:`locked`), so a cut ``COMMIT`` can always be resolved.
     """
 
-    __slots__ = ("began", "granted", "lock", "owner", "pipeline", "xid")
+    __slots__ = ("before_lock", "began", "granted", "lock", "owner", "pipeline", "xid")
 
-    def __init__(self, owner: PostgresBackend) -> None:
+    def __init__(
+        self, owner: PostgresBackend, before_lock: Callable[[WriteTxn], None] | None = None
+    ) -> None:
         self.owner = owner
+        self.before_lock = before_lock
         self.xid = 0
         self.pipeline: Any = None
         self.lock: Any = None  # the lock query's cursor until its result is read
@@ -588,15 +591,27 @@ class _WriteScope:
                 self.pipeline = conn.pipeline()
                 self.pipeline.__enter__()
                 conn.execute(_BEGIN_WRITE)
-                self.lock = conn.execute(owner._take_lock)
             except psycopg.Error as e:
                 self.pipeline = None
                 owner._drop_writer()
                 raise owner._failed(e, "beginning a write") from e
-            return _PgWrite(conn, owner, self)
         except BaseException:
             owner._write_lock.release()
             raise
+        # From here on, __exit__ cleans up: rolls back, releases the in-process lock.
+        txn = _PgWrite(conn, owner, self)
+        try:
+            if self.before_lock is not None:
+                # Writes that need no lock (rows of this writer's own keys) go to the server
+                # first: their work overlaps the other writers' locked commits.
+                self.before_lock(txn)
+            self.lock = conn.execute(owner._take_lock)
+        except BaseException as e:
+            self.__exit__(type(e), e, e.__traceback__)
+            if isinstance(e, psycopg.Error):
+                raise owner._failed(e, "beginning a write") from e
+            raise
+        return txn
 
     def locked(self) -> None:
         """Read the lock query's result (a round trip only when nothing was read since):
@@ -938,21 +953,27 @@ class PostgresBackend(Backend):
         self._check()
         return _ReadScope(self)
 
-    def write(self) -> _WriteScope:
+    def write(self, before_lock: Callable[[WriteTxn], None] | None = None) -> _WriteScope:
         self._check()
         if self.readonly:
             raise ReadOnlyLog(
                 f"{self.location!r} was opened read-only; open it writable to change it"
             )
-        return _WriteScope(self)
+        return _WriteScope(self, before_lock)
 
-    def run_write(self, fn: Callable[[WriteTxn], T], *, attempts: int = 8) -> T:
+    def run_write(
+        self,
+        fn: Callable[[WriteTxn], T],
+        *,
+        attempts: int = 8,
+        before_lock: Callable[[WriteTxn], None] | None = None,
+    ) -> T:
         """:meth:`Backend.run_write`, with a growing pause between attempts (a server that
         dropped the connection may need a moment), each retry logged."""
         delay = RETRY_SLEEP_S
         for attempt in range(attempts):
             try:
-                with self.write() as txn:
+                with self.write(before_lock) as txn:
                     return fn(txn)
             except RetryableWrite as e:
                 if attempt == attempts - 1:

@@ -47,6 +47,7 @@ from eventlog.errors import (
     DamagedRowSkipped,
     InvalidRecord,
     InvalidStreamKey,
+    RetryableWrite,
     SeqOutOfRange,
     UnknownInvocation,
 )
@@ -68,6 +69,7 @@ from eventlog.materialized import (
     read_row,
     summary,
     write_instance_saves,
+    write_instances,
     write_save,
     write_snapshot_mark,
 )
@@ -174,6 +176,10 @@ class _HeadFrame(DeferredFrame):
             )
         return full
 
+    def rows_written(self) -> bool:
+        """Whether the delta's instance rows were written before the lock."""
+        return False
+
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         assert self.plan is not None
         before_row, frame, head, as_snapshot = self.plan
@@ -187,7 +193,7 @@ class _HeadFrame(DeferredFrame):
             snap_seq = before_row.snapshot_seq
             chain = before_row.chain_bytes + done.stored_bytes
             snap = before_row.snapshot_bytes
-        write_save(
+        row = write_save(
             txn,
             sid,
             before_row,
@@ -196,7 +202,9 @@ class _HeadFrame(DeferredFrame):
             snapshot_seq=snap_seq,
             chain_bytes=chain,
             snapshot_bytes=snap,
+            rows_written=self.rows_written(),
         )
+        self.owner._layout_seen(done.stream, row)
         self.owner._cache_put(done.stream, head)
 
 
@@ -252,13 +260,35 @@ class _InstanceSaves(_HeadFrame):
     ``flush()``, so it never takes the rest of its batch down with it.
     """
 
-    __slots__ = ("bytes", "changes", "rejected")
+    __slots__ = ("bytes", "changes", "early", "rejected")
 
     def __init__(self, owner: CheckpointLog, change: _InstanceChange) -> None:
         super().__init__(owner)
         self.changes = [change]
         self.bytes = change.size
         self.rejected: list[InvalidRecord] = []
+        self.early: tuple[FanOutHeader, ...] | None = None  # the layout rows were written by
+
+    def rows_written(self) -> bool:
+        return self.early is not None
+
+    def before_lock(self, txn: WriteTxn, stream: str, sid: int) -> None:
+        """The batch's instance rows, keyed by the layout last seen, before the writers' lock
+        (the rows are this batch's own: other writers of the fan-out write other instances).
+        :meth:`build` checks the layout under the lock."""
+        self.early = None
+        layout = self.owner._layouts.get(stream)
+        if layout is None:
+            return
+        headers = _headers(layout)
+        rows = [
+            _RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw))
+            for ch in self.changes
+            if (hd := headers.get(ch.key)) is not None and 0 <= ch.index < hd.instance_count
+        ]
+        if rows:
+            write_instances(txn, sid, rows)
+            self.early = layout
 
     def join(self, later: Any) -> bool:
         return (
@@ -282,6 +312,11 @@ class _InstanceSaves(_HeadFrame):
         either way."""
         owner = self.owner
         row = owner._row(txn, stream, sid)
+        if self.early is not None and (row is None or row.layout != self.early):
+            raise RetryableWrite(
+                f"the fan-out layout of {stream!r} changed after this batch's instance rows "
+                "were written by it (another writer saved the whole record); writing it again"
+            )
         cached = owner._cache.get(stream)
         if (
             row is None
@@ -290,8 +325,7 @@ class _InstanceSaves(_HeadFrame):
         ):
             return self._build_on_head(txn, stream, sid, seq, row)
         owner._cache.pop(stream, None)  # stale: the next save that needs the head reloads it
-        headers = {(h.fan_out_node_name, h.namespace, h.lineage): h for h in reversed(row.layout)}
-        frame = self._frame(stream, True, headers, None)
+        frame = self._frame(stream, True, _headers(row.layout), None)
         self.plan = (row, frame, None, False)
         return frame
 
@@ -357,11 +391,17 @@ class _InstanceSaves(_HeadFrame):
                 frame,
                 seq=done.seq,
                 chain_bytes=before_row.chain_bytes + done.stored_bytes,
+                rows_written=self.early is not None,
             )
         else:
             super().appended(txn, done)
         if self.rejected:
             self.owner._rejected.append(self)
+
+
+def _headers(layout: Iterable[FanOutHeader]) -> dict[_FanOutKey, FanOutHeader]:
+    """Each fan-out of a layout by its key; the first fan-out with a key wins."""
+    return {(h.fan_out_node_name, h.namespace, h.lineage): h for h in reversed(tuple(layout))}
 
 
 def _instance_error(
@@ -464,6 +504,9 @@ class CheckpointLog:
         self._cache: collections.OrderedDict[str, Head] = collections.OrderedDict()
         self._touched: set[str] = set()
         self._sids: dict[str, int] = {}
+        # the fan-out layout of each stream's head row as last read or written (a hint: a
+        # batch writes its instance rows before the writers' lock by it, and checks it after)
+        self._layouts: dict[str, tuple[FanOutHeader, ...]] = {}
         self._checker = RecordChecker(HEAD_CACHE_MAX)  # caller threads (thread-safe)
         self._rejected: list[_InstanceSaves] = []  # committed batches that left changes out
         # save_instance's checks, done once for a run of calls passing the same objects (each
@@ -507,9 +550,20 @@ class CheckpointLog:
         self._sids[stream] = sid
         self._touched.add(stream)
         try:
-            return read_row(txn, sid)
+            row = read_row(txn, sid)
         except msgspec.DecodeError as e:
             raise damaged_row(stream, e, "saving to it") from e
+        self._layout_seen(stream, row)
+        return row
+
+    def _layout_seen(self, stream: str, row: HeadRow | None) -> None:
+        layouts = self._layouts
+        if row is None:
+            layouts.pop(stream, None)
+            return
+        layouts[stream] = row.layout
+        if len(layouts) > HEAD_CACHE_MAX:
+            del layouts[next(iter(layouts))]
 
     def _head(
         self, txn: WriteTxn, stream: str, sid: int, seq: int, row: HeadRow | None

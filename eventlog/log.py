@@ -775,8 +775,23 @@ class EventLog:
                 hooks.begin()
             return self._write(txn, items)
 
+        pre = None
+        if self.backend.remote:
+            early = [
+                (it.frame, it.stream, sid)
+                for it in items
+                if isinstance(it.frame, DeferredFrame)
+                and it.expect_seq is None  # a frame that may be refused writes nothing first
+                and (sid := self._ids.get(it.stream)) is not None
+            ]
+            if early:
+
+                def pre(txn: WriteTxn) -> None:
+                    for frame, stream, sid in early:
+                        frame.before_lock(txn, stream, sid)
+
         try:
-            new_ids = self.backend.run_write(body)
+            new_ids = self.backend.run_write(body, before_lock=pre)
         except BaseException:
             self._tails.clear()  # they may hold what the aborted transaction appended
             self._gseq = None
@@ -1292,6 +1307,12 @@ class DeferredFrame:
         """``(table, key)`` rows :meth:`build` will read for stream ``sid`` (a hint: on a
         server they are fetched with the transaction's first read)."""
         return ()
+
+    def before_lock(self, txn: WriteTxn, stream: str, sid: int) -> None:
+        """On a server whose writers share a lock, the transaction's writes that need none
+        (rows only this frame writes), sent before it is taken; :meth:`build` must then check
+        that what they assumed still holds, and raise :class:`RetryableWrite` if not (the
+        transaction runs again). Default: nothing."""
 
     def join(self, later: Any) -> bool:
         """Take ``later`` (the next buffered frame of the same stream) into this one, so both

@@ -158,8 +158,10 @@ def write_save(
     snapshot_seq: int,
     chain_bytes: int,
     snapshot_bytes: int,
+    rows_written: bool = False,
 ) -> HeadRow:
-    """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows."""
+    """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows
+    (``rows_written``: its instance rows are written already, by :func:`write_instances`)."""
     k = U64.pack(sid)
     if delta.state is not None or delta.state_splice is not None:
         txn.put(BODIES, k + b"s", head.state)
@@ -182,7 +184,7 @@ def write_save(
         for hd in before.layout:
             if hd.fid not in kept:
                 txn.delete_prefix(FANOUT, k + U32.pack(hd.fid))
-    if delta.instances:
+    if delta.instances and not rows_written:
         _write_instances(txn, k, delta.instances)
     if before is None or before.correlation_id != head.correlation_id:
         if before is not None:
@@ -206,6 +208,12 @@ def write_save(
     return row
 
 
+def write_instances(txn: WriteTxn, sid: int, instances: Iterable[Any]) -> None:
+    """The instance rows of changes ``instances`` (``InstanceChange``-shaped: fid, index,
+    progress), in order."""
+    _write_instances(txn, U64.pack(sid), instances)
+
+
 def _write_instances(txn: WriteTxn, k: bytes, instances: Iterable[Any]) -> None:
     rows: list[tuple[bytes, bytes]] = []
     pack, encode, raw_type = U32X2.pack, _enc.encode, msgspec.Raw
@@ -225,13 +233,22 @@ def _write_instances(txn: WriteTxn, k: bytes, instances: Iterable[Any]) -> None:
 
 
 def write_instance_saves(
-    txn: WriteTxn, sid: int, before: HeadRow, delta: Save, *, seq: int, chain_bytes: int
+    txn: WriteTxn,
+    sid: int,
+    before: HeadRow,
+    delta: Save,
+    *,
+    seq: int,
+    chain_bytes: int,
+    rows_written: bool = False,
 ) -> HeadRow:
     """Apply ``delta``, a frame of instance changes only (which leaves every field of the
     head row but its time, kind, seq and chain alone), to the rows: O(changes), with no
-    :class:`Head` at hand. Writes what :func:`write_save` would for the same frame."""
+    :class:`Head` at hand. Writes what :func:`write_save` would for the same frame
+    (``rows_written``: its instance rows are written already, by :func:`write_instances`)."""
     k = U64.pack(sid)
-    _write_instances(txn, k, delta.instances)
+    if not rows_written:
+        _write_instances(txn, k, delta.instances)
     row = msgspec.structs.replace(
         before, last_saved_at=delta.saved_at, kind=delta.kind, seq=seq, chain_bytes=chain_bytes
     )

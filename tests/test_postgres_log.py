@@ -10,6 +10,7 @@ import io
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -508,3 +509,101 @@ def test_the_viewer_shows_a_postgres_log_as_its_lmdb_copy(
     lmdb_answers, pg_answers = answers
     for (endpoint, _), a, b in zip(queries, lmdb_answers, pg_answers, strict=True):
         assert a == b, endpoint
+
+
+def test_a_batch_written_ahead_of_the_lock_is_rewritten_when_the_layout_changed(
+    pg_schemas: PgSchemas, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch's instance rows go to the server before the writers' lock, keyed by the
+    fan-out layout its log saw last. When another writer replaced the fan-out in between,
+    the batch finds out under the lock, its transaction is rolled back (the rows keyed by
+    the old layout with it) and it runs again against the new layout: the head and the rows
+    agree with the calls and the log verifies."""
+    from eventlog.records import FanOutInternalSaveBatching  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    a = CheckpointLog.open(url, batching=FanOutInternalSaveBatching(flush_every=100))
+    b = CheckpointLog.open(url)
+    try:
+        a.save("s", make_record("s", fan_outs=[fan_out("f", [NOT_STARTED] * 10)]))
+        a.save_instance("s", "f", 1, done("old"), namespace=NS)
+        a.flush()  # a has seen the layout: fan-out f of 10
+        # b replaces fan-out f with a new one of 20 instances (a new fan-out id)
+        b.save("s", make_record("s", fan_outs=[fan_out("g", [NOT_STARTED] * 3)]))
+        b.save("s", make_record("s", fan_outs=[fan_out("f", [NOT_STARTED] * 20)]))
+        with caplog.at_level("WARNING", logger="ckptlog.postgres"):
+            for i in (2, 15):
+                a.save_instance("s", "f", i, done({"i": i}), namespace=NS)
+            a.flush()
+    finally:
+        a.close()
+        b.close()
+    reader = CheckpointLog.open(url, readonly=True)
+    try:
+        head = reader.load("s")
+        assert head is not None
+        want = [NOT_STARTED] * 20
+        want[2], want[15] = done({"i": 2}), done({"i": 15})
+        assert head.fan_out_progress[0].instances == tuple(want)
+        assert reader.pending_instances("s", "f", namespace=NS) == [
+            i for i in range(20) if i not in (2, 15)
+        ]
+        assert_history_consistent(reader, "s")
+    finally:
+        reader.close()
+    assert "fan-out layout of 's' changed" in caplog.text  # it did run again
+
+
+def test_rows_written_ahead_of_the_lock_cannot_deadlock_the_log(
+    pg_schemas: PgSchemas, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch holds its instance rows while it waits for the writers' lock; the holder of
+    the lock writing one of those rows closes a cycle, which PostgreSQL breaks (deadlock
+    detection) by failing one of the two: the batch then runs again, or the other writer
+    does. Either way the batch's flush returns and the log verifies."""
+    import psycopg  # noqa: PLC0415
+    from psycopg import sql  # noqa: PLC0415
+
+    from eventlog.materialized import FANOUT  # noqa: PLC0415
+    from eventlog.records import FanOutInternalSaveBatching  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    schema = url.split("schema=")[1]
+    cl = CheckpointLog.open(url, batching=FanOutInternalSaveBatching(flush_every=100))
+    other = psycopg.connect(PG_URL, autocommit=True)
+    try:
+        cl.save("s", make_record("s", fan_outs=[fan_out("f", [NOT_STARTED] * 4)]))
+        cl.save_instance("s", "f", 1, done("first"), namespace=NS)
+        cl.flush()
+        key = cl.log.backend._key  # type: ignore[attr-defined]
+        other.execute("BEGIN")
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (key,))  # the lock is taken
+        cl.save_instance("s", "f", 1, done("second"), namespace=NS)
+        flushed = threading.Thread(target=cl.flush)
+        caplog.set_level("WARNING", logger="ckptlog.postgres")
+        flushed.start()  # writes instance 1's row ahead, then waits for the lock
+        time.sleep(0.5)
+        outcome = "committed"
+        try:  # the lock's holder writes that row too: a cycle
+            other.execute(
+                sql.SQL("UPDATE {} SET v = v").format(sql.Identifier(schema, FANOUT))
+            )
+            other.execute("COMMIT")
+        except psycopg.errors.DeadlockDetected:
+            outcome = "broken here"
+            other.execute("ROLLBACK")
+        flushed.join(30)
+        assert not flushed.is_alive(), "the flush never returned"
+        # The cycle was there, and broken on one side or the other.
+        assert outcome == "broken here" or "DeadlockDetected" in caplog.text, caplog.text
+    finally:
+        other.close()
+        cl.close()
+    reader = CheckpointLog.open(url, readonly=True)
+    try:
+        head = reader.load("s")
+        assert head is not None
+        assert head.fan_out_progress[0].instances[1] == done("second")
+        assert reader.verify().ok
+    finally:
+        reader.close()
