@@ -233,20 +233,30 @@ hashable_keys = (
         ]
     )
 )
-# Long levels of leaves, mostly str and int (what the convert path takes), sometimes with one
-# other value at the start, the end or in between.
+
+
+# Long levels of leaves, mostly str and int or numbers (what the convert paths take), sometimes
+# with one other value at the start, the end or in between.
+def _with_odd(body: list[Any], odd: Any, where: float) -> list[Any]:
+    if odd is None:
+        return body
+    at = int(where * len(body))
+    return [*body[:at], odd, *body[at:]]
+
+
 runs = st.builds(
-    lambda body, odd, where: (
-        body
-        if odd is None
-        else [*body[: int(where * len(body))], odd, *body[int(where * len(body)) :]]
-    ),
+    _with_odd,
     st.lists(
         st.text(max_size=3) | st.integers(-3, 3) | st.booleans() | st.none(),
         min_size=30,
         max_size=90,
+    )
+    | st.lists(
+        st.floats() | st.integers(-(2**63), 2**64 - 1) | st.booleans() | st.none(),
+        min_size=30,
+        max_size=90,
     ),
-    st.none() | leaves,
+    st.none() | lossy_values | kept_scalars | plain_scalars,
     st.sampled_from([0.0, 0.5, 1.0]),
 )
 
@@ -277,6 +287,18 @@ def test_the_fast_check_refuses_exactly_what_the_walk_refuses(value: Any) -> Non
     assert outcome(check_lossless, value) == outcome(reference, value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(max_size=3) | st.integers(-3, 3), min_size=32, max_size=64)
+    | st.lists(st.floats() | st.integers(-(2**63), 2**64 - 1), min_size=32, max_size=64),
+    lossy_values | kept_scalars,
+    st.floats(0.05, 0.95),
+)
+def test_one_odd_value_inside_a_long_run_agrees(body: list[Any], odd: Any, where: float) -> None:
+    value = {"run": _with_odd(body, odd, where)}
+    assert outcome(check_lossless, value) == outcome(reference, value)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.integers(1, 400), leaves, st.sampled_from(["list", "tuple", "dict"]))
 def test_deep_nesting_agrees(depth: int, leaf: Any, kind: str) -> None:
@@ -304,7 +326,7 @@ LOSSY_EXAMPLES = [
 
 @pytest.mark.parametrize("value", LOSSY_EXAMPLES, ids=lambda v: type(v).__name__)
 @pytest.mark.parametrize("at", [0, 1, 50, 98, 99])
-@pytest.mark.parametrize("filler", ["word", 7, True, None, Str("s"), Level.LOW])
+@pytest.mark.parametrize("filler", ["word", 7, 2.5, math.nan, True, None, Str("s"), Level.LOW])
 def test_one_lossy_value_in_a_long_run_of_leaves_is_refused_with_its_index(
     value: Any, at: int, filler: Any
 ) -> None:
@@ -325,8 +347,13 @@ def test_one_lossy_value_in_a_long_run_of_leaves_is_refused_with_its_index(
 
 
 def test_decimals_among_long_runs_of_numbers_are_refused() -> None:
-    """msgspec.convert would take a Decimal for a float: floats are not on the fast path."""
-    for run in ([1.5] * 40 + [decimal.Decimal("2")] + [2.5] * 40, [decimal.Decimal(1)] * 50):
+    """msgspec.convert takes a Decimal for a float: the encodings tell them apart."""
+    for run in (
+        [1.5] * 40 + [decimal.Decimal("2")] + [2.5] * 40,
+        [1, 2.5] * 20 + [Dec("2.5")] + [3] * 20,
+        [math.nan] * 40 + [decimal.Decimal("NaN")] + [math.inf] * 40,
+        [decimal.Decimal(1)] * 50,
+    ):
         with pytest.raises(EncodingError):
             check_lossless({"v": run}, "state")
 
@@ -338,6 +365,8 @@ def test_long_runs_of_leaves_and_their_subclasses_are_kept() -> None:
         [Level.LOW, Int(2), 3, True, None, "a"] * 20,
         [Mode.FAST] * 40,
         [2**64 - 1, -(2**63)] * 40,
+        [1.5, 2, True, None, math.nan, -math.inf] * 20,
+        [0.1] * 100,
     ):
         check_lossless({"run": run, "more": [run, tuple(run)]}, "state")
         reference({"run": run}, "state")  # (the walk keeps them too)
