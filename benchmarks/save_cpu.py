@@ -9,19 +9,22 @@ call of:
 
 - ``encode``: the msgspec encode of the state alone (the floor the check is compared with);
 - ``lossless before`` / ``lossless after``: :func:`eventlog.codec.check_lossless` as it was
-  before the msgspec.convert leaf fast path (a verbatim copy below) and as it is now;
+  before the msgspec.convert fast paths for long levels of leaves (a verbatim copy below)
+  and as it is now;
 - ``validate before`` / ``validate after``: ``RecordChecker.check`` of the record (every
   field but the state), with :func:`eventlog.validate.check_positions` as it was (a verbatim
   copy below) and as it is; records cycle, so each holds new position objects, as in the
   linear scenario;
 - ``caller before`` / ``caller after``: validate + encode_value(state) + encode_value(parent
   states), the work ``CheckpointLog.save`` does in the caller's thread;
-- ``save before`` / ``save after`` (linear shapes only): a whole synchronous
-  ``CheckpointLog.save`` in ``process`` durability, with the old or the new functions swapped
-  into ``eventlog.codec`` and ``eventlog.validate``.
+- ``save before`` / ``save after`` (linear shapes only): the median latency of a whole
+  synchronous ``CheckpointLog.save`` in ``process`` durability (the lowest median of 5 runs
+  of 500 saves), with the old or the new functions swapped into ``eventlog.codec`` and
+  ``eventlog.validate``.
 
 Before and after alternate within each repeat (the machine is shared: compare the ratios);
-each figure is the best of the repeats. Writes ``benchmarks/results/save_cpu.json``.
+each figure is the best of the repeats (for saves, the lowest median). Writes
+``benchmarks/results/save_cpu.json``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import statistics
 import sys
 import tempfile
 import time
@@ -52,7 +56,7 @@ _PLAIN_BEFORE = frozenset({dict, list, tuple, str, int, float, bool, type(None),
 
 
 def check_lossless_before(value: Any, path: str) -> None:
-    """eventlog.codec.check_lossless before the leaf fast path (commit b5695a3), verbatim."""
+    """eventlog.codec.check_lossless before the convert fast paths (b5695a3), verbatim."""
     level = [value]
     while level:
         if not _PLAIN_BEFORE.issuperset(map(type, level)):
@@ -160,17 +164,21 @@ def pair_us(
 
 
 def save_us(record_ops: list[Any]) -> float:
-    """Microseconds per synchronous ``CheckpointLog.save`` (process durability)."""
+    """Median microseconds of one synchronous ``CheckpointLog.save`` (process durability):
+    each save timed alone, so a burst of other work on the machine moves the median little."""
+    clock = time.perf_counter
+    lat: list[float] = []
     with (
         tempfile.TemporaryDirectory() as d,
         CheckpointLog.open(Path(d) / "log", durability="process") as cl,
     ):
         for op in record_ops[:8]:  # warm up (not timed)
             cl.save(op.inv, op.record)
-        t0 = time.perf_counter()
         for op in record_ops[8:]:
+            t0 = clock()
             cl.save(op.inv, op.record)
-        return (time.perf_counter() - t0) / (len(record_ops) - 8) * 1e6
+            lat.append(clock() - t0)
+    return statistics.median(lat) * 1e6
 
 
 def measure(name: str, state: Any, record: Any, *, quick: bool) -> dict[str, Any]:

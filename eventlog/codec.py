@@ -385,8 +385,7 @@ def check_lossless(value: Any, path: str) -> None:
     a list): :class:`EncodingError` naming its path. A state of plain containers and scalars
     is cleared level by level at C speed (``gc.get_referents``; a long level of str, int,
     bool and None, or of numbers, by one ``msgspec.convert``, others by their types through
-    ``map``);
-    anything else is walked in Python, down plain containers only."""
+    ``map``); anything else is walked in Python, down plain containers only."""
     level = [value]
     while level:
         if len(level) >= _LEAF_RUN_MIN and _all_leaves(level):
