@@ -569,12 +569,18 @@ def bench_instances(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
 def bench_workers(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
     n, rounds = WORKERS_N[quick], WORKERS_ROUNDS[quick]
     runs: dict[int, list[dict[str, float]]] = {w: [] for w in WORKER_COUNTS}
+    peer: dict[int, list[float]] = {w: [] for w in WORKER_COUNTS}
     for r in range(rounds):
         order = list(WORKER_COUNTS) if r % 2 == 0 else list(reversed(WORKER_COUNTS))
         for w in order:
             schema = schemas.new(f"workers{w}")
             try:
                 runs[w].append(pg_scale.run(url, schema, w, n, BATCH))
+            finally:
+                schemas.drop(schema)
+            schema = schemas.new(f"rows{w}")
+            try:  # the same job on a table with no lock at all: what the machine allows
+                peer[w].append(pg_scale.run_rows(url, schema, w, n, BATCH)["inst_per_s"])
             finally:
                 schemas.drop(schema)
     rows = []
@@ -587,6 +593,11 @@ def bench_workers(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
                 "workers": w,
                 "inst_per_s": median([x["inst_per_s"] for x in rs]),
                 "lock_wait_share": median([x["lock_wait_share"] for x in rs]),
+                "lock_busy_share": median([x["lock_busy_share"] for x in rs]),
+                "rows_inst_per_s": median(peer[w]),
+                "ratio_vs_rows": median(
+                    [a["inst_per_s"] / b for a, b in zip(rs, peer[w], strict=True)]
+                ),
                 "commits": median([x["commits"] for x in rs]),
                 "runs": rs,
             }

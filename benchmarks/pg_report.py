@@ -18,6 +18,10 @@ DOC = REPO_ROOT / "docs" / "benchmarks.md"
 SECTION_TITLE = "## PostgreSQL: against LangGraph's PostgresSaver and a hand-rolled table"
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
 def _state(row: dict[str, Any]) -> str:
     """The state of a linear row: the ~200-byte result plus the unchanged document."""
     doc = row.get("doc_bytes", 0)
@@ -121,17 +125,28 @@ def tables(payload: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
             (
                 f"4. One {s['instances']:,}-instance job, worker processes on one log, batches "
                 f"of {s['flush_every']}, fsync, {s['rounds']} round(s)",
-                ["workers", "instances/s", "commits", "lock-wait share"],
+                [
+                    "workers",
+                    "instances/s",
+                    "commits",
+                    "lock-wait share",
+                    "lock busy",
+                    "no-lock table",
+                    "ours / no-lock",
+                ],
                 [
                     [
                         str(r["workers"]),
                         fmt_int(r["inst_per_s"]),
                         fmt_int(r["commits"]),
                         f"{100 * r['lock_wait_share']:.1f}%",
+                        _pct(r.get("lock_busy_share")),
+                        fmt_int(r["rows_inst_per_s"]) if "rows_inst_per_s" in r else "-",
+                        f"{r['ratio_vs_rows']:.2f}x" if "ratio_vs_rows" in r else "-",
                     ]
                     for r in s["rows"]
                 ],
-                "rrrr",
+                "rrrrrrr",
             )
         )
     return out
@@ -226,7 +241,12 @@ def markdown(payload: dict[str, Any], json_path: str) -> str:
         "so a job that retries needs the upsert or a staging table). Target: ours >= 1x the "
         "faster of the two.",
         "4. Worker processes: `benchmarks.pg_scale.run` (workers of `tests/pg_writer.py`), "
-        "batches of 256, `fsync`.",
+        "batches of 256, `fsync`. Lock-wait share: the workers' time from beginning a write "
+        "transaction to the writers' lock's grant; lock busy: the time the lock was held (from "
+        "its grant to the commit's answer, so an upper bound), summed over all commits, over "
+        "the run's time. Beside it, the same job on a hand-rolled `(job, item, result)` table "
+        "with no lock at all, the same worker processes and batches (`pg_scale.run_rows`): "
+        "what this machine allows when nothing is serialized.",
         "",
     ]
     for title, headers, rows, align in tables(payload):
