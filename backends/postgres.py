@@ -65,7 +65,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 from psycopg.adapt import Dumper
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import Format
 
 from backends.base import (
@@ -180,6 +180,15 @@ def _transient(e: BaseException) -> bool:
     return isinstance(
         e, psycopg.errors.SerializationFailure | psycopg.errors.DeadlockDetected
     ) or _lost(e)
+
+
+def _refused_hint(text: str) -> str | None:
+    """What to fix when a connection attempt was refused for good (``None``: unreachable)."""
+    if "password authentication failed" in text or "no password supplied" in text:
+        return "check the user and password in the URL"
+    if "does not exist" in text:
+        return "create the database first, or fix its name in the URL"
+    return None
 
 
 def _storage_error(e: psycopg.Error, where: str) -> StorageError:
@@ -695,6 +704,7 @@ class PostgresBackend(Backend):
         if "application_name" not in dict(parse_qsl(urlsplit(url).query)):
             self._conninfo = make_conninfo(self._conninfo, application_name="ckptlog")
         self._connect_timeout = connect_timeout
+        self._url_timeout = "connect_timeout" in conninfo_to_dict(self._conninfo)
         self._tables = tuple(dict.fromkeys(tables))
         self._sql = {t: _Sql(self.schema, t) for t in self._tables}
         self._key = _lock_key(self.schema)
@@ -751,20 +761,17 @@ class PostgresBackend(Backend):
             self._reset_connections()
 
     def _connect(self) -> psycopg.Connection[Any]:
+        # A connect_timeout in the URL wins over the constructor's (libpq takes the last one).
+        timeout: dict[str, Any] = {}
+        if not self._url_timeout:
+            timeout["connect_timeout"] = max(1, round(self._connect_timeout))
         try:
-            conn = psycopg.connect(
-                self._conninfo,
-                autocommit=True,
-                connect_timeout=max(1, round(self._connect_timeout)),
-            )
+            conn = psycopg.connect(self._conninfo, autocommit=True, **timeout)
         except psycopg.OperationalError as e:
             text = " ".join(str(e).split())
-            if "password authentication failed" in text or "no password supplied" in text:
-                hint = "check the user and password in the URL"
-            elif "does not exist" in text:
-                hint = "create the database first, or fix its name in the URL"
-            else:
-                hint = "check that PostgreSQL is running and reachable at that address"
+            hint = _refused_hint(text) or (
+                "check that PostgreSQL is running and reachable at that address"
+            )
             raise StorageError(
                 f"cannot connect to PostgreSQL at {self.location!r}: {text}; {hint}"
             ) from e
@@ -774,7 +781,13 @@ class PostgresBackend(Backend):
     def _writer(self) -> psycopg.Connection[Any]:
         conn = self._wconn
         if conn is None or conn.closed or conn.broken:
-            conn = self._connect()
+            try:
+                conn = self._connect()
+            except StorageError as e:
+                if _refused_hint(str(e.__cause__)) is not None:
+                    raise  # a wrong password or database: no retry helps
+                log.warning("%s: connecting for a write failed: %s", self.location, e)
+                raise RetryableWrite(f"{e}; the write was not begun") from e  # unreachable: retried
             try:
                 conn.execute(self._sync_setting)
             except psycopg.Error as e:
