@@ -8,7 +8,11 @@ being ``10.77.K.2``), or on a loopback port in the fallback mode. The forwarder 
 server's side of the network: its sockets toward the workers use short TCP keepalives and a
 user timeout, as a server with ``tcp_keepalives_*`` set would, so a connection whose worker
 vanished behind a cut link is closed, and the server then ends its session (rolling back an
-open transaction, releasing the writers' lock).
+open transaction, releasing the writers' lock). Without that (a server with the kernel's
+default keepalive, two hours), a session whose worker vanished mid-transaction keeps the
+writers' lock and every other writer of the log waits: ``idle_in_transaction_session_timeout``
+does not end it, since in pipeline mode the session waits for the rest of the pipeline
+(state ``active``, wait event ``ClientRead``), not idle.
 """
 
 from __future__ import annotations
@@ -131,10 +135,12 @@ class Forwarder:
                 th.start()
 
     def arm(self, tag: int, deliver: bool, fire: Callable[[], None]) -> None:
-        """At host ``tag``'s next COMMIT, call ``fire`` (which cuts the link) with the
-        server's answer held back, so the worker never hears it: with ``deliver`` the COMMIT
-        reaches the server first (it commits); without, it never does and the server's
-        session is closed (it rolls back). Either way the worker's COMMIT is cut off."""
+        """At host ``tag``'s next COMMIT of a write transaction, call ``fire`` (which cuts
+        the link) with the server's answer held back, so the worker never hears it: with
+        ``deliver`` the COMMIT reaches the server first (it commits); without, it is lost
+        on the way (the session, holding the writers' lock, waits for more until the dead
+        connection is noticed: then the server rolls back). Either way the worker's COMMIT
+        is cut off."""
         with self._lock:
             self._armed[tag] = (deliver, fire)
 
@@ -153,11 +159,8 @@ class Forwarder:
         pair.may_answer.clear()
         if deliver:
             pair.server.sendall(data)
-            fire()
-        else:
-            fire()
-            pair.close()
-        pair.may_answer.set()
+        fire()  # without deliver the COMMIT is lost: the server's session waits on, in the
+        pair.may_answer.set()  # transaction, until the dead connection is noticed
 
     def _pump(self, pair: _Pair, src: socket.socket, dst: socket.socket) -> None:
         to_server = dst is pair.server
