@@ -23,6 +23,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -238,6 +239,8 @@ class Hosts:
             octet2 = self._free_octet(n, loopback)
             for k in range(n):
                 self.hosts.append(self._make_netns(tag, k, octet2))
+            # A process can run there (entering a namespace can fail where creating one did not).
+            _ip("netns", "exec", self._namespaces[0], sys.executable, "-c", "pass")
             self.mode = "netns"
         except (OSError, subprocess.SubprocessError, RuntimeError) as e:
             self.why_loopback = f"{type(e).__name__}: {' '.join(str(e).split())}"
