@@ -5,7 +5,12 @@ Each worker runs in a network namespace of its own, joined to this one by a veth
 reaches the server through a forwarder on its link's address (``netns_hosts``); without root
 or iproute2 the workers are loopback processes instead, with the same workload and faults (the
 link cuts then reset the worker's connections at the forwarder). The mode, seed, faults and
-times are printed. ``CKPTLOG_HOSTS_SEED`` picks the faults' seed.
+times are printed. ``CKPTLOG_HOSTS_SEED`` picks the faults' seed; ``CKPTLOG_HOSTS_MODE=loopback``
+runs the fallback mode; ``CKPTLOG_HOSTS_VERBOSE=1`` prints the workers' warnings and the cuts.
+
+Two short tests pin what a worker's connection needs from the backend: the URL's
+``connect_timeout`` is the one used, and a write retries its reconnection while the server is
+unreachable for a moment.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +35,7 @@ from netns_hosts import Forwarder, Hosts
 from pg_schemas import PG_URL, PgSchemas
 
 from eventlog.checkpoints import CheckpointLog
-from eventlog.errors import NoSuchInvocation
+from eventlog.errors import NoSuchInvocation, StorageError
 from eventlog.frames import Save, Snapshot
 from eventlog.testing import NOT_STARTED, done, fan_out, make_record
 
@@ -457,3 +463,50 @@ def test_workers_on_separate_hosts_survive_kills_and_cut_links(
         if hosts is not None:
             hosts.close()
             assert hosts.leftovers() == []
+
+
+def test_a_connect_timeout_in_the_url_is_the_one_used(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """A server that accepts the connection and never answers: the URL's ``connect_timeout``
+    (2 s, psycopg's least) bounds the attempt, not the backend's default of 10 s."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = silent.getsockname()[1]
+        url = f"postgresql://postgres@127.0.0.1:{port}/test?schema=x&connect_timeout=2"
+        began = time.monotonic()
+        with pytest.raises(StorageError, match="cannot connect to PostgreSQL"):
+            CheckpointLog.open(url)
+        assert time.monotonic() - began < 6.0
+    finally:
+        silent.close()
+    _ = pg_schemas, tmp_path
+
+
+def test_a_write_rides_out_a_server_unreachable_for_a_moment(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """The write connection is reset and, for half a second, new connections are refused: the
+    save is retried (reconnecting is part of the write's bounded retries) and lands once."""
+    url = pg_schemas.url(tmp_path)
+    server = urlsplit(PG_URL)
+    forwarder = Forwarder((server.hostname or "127.0.0.1", server.port or 5432))
+    try:
+        port = forwarder.listen(0, "127.0.0.1")
+        schema = url.split("schema=")[1]
+        cl = CheckpointLog.open(_worker_url(PG_URL, schema, "127.0.0.1", port))
+        try:
+            cl.save("a", make_record("a", at=1.0))
+            forwarder.cut(0)
+            threading.Timer(0.5, forwarder.restore, args=(0,)).start()
+            cl.save("a", make_record("a", at=2.0))
+        finally:
+            cl.close()
+    finally:
+        forwarder.close()
+    check = CheckpointLog.open(url, readonly=True)
+    try:
+        assert _saved_ats(check, "a") == [1.0, 2.0]
+        assert check.verify().ok
+    finally:
+        check.close()
