@@ -302,7 +302,10 @@ def test_workers_on_separate_hosts_survive_kills_and_cut_links(
 
         def terminator() -> None:  # the server ends random sessions of the workers
             with psycopg.connect(PG_URL, autocommit=True) as conn:
-                while not stop.wait(rng.uniform(0.4, 1.2)):
+                # A few soon (a loopback round lasts seconds), then now and then.
+                while not stop.wait(
+                    rng.uniform(0.1, 0.4) if faults.terminated < 3 else rng.uniform(0.4, 1.2)
+                ):
                     row = conn.execute(
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                         "WHERE application_name = 'ckptlog' AND client_port = ANY(%s) "
