@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -108,6 +109,35 @@ def _saved_ats(cl: CheckpointLog, invocation_id: str) -> list[float]:
         return []
 
 
+def _lost_report(
+    cl: CheckpointLog,
+    wk: Worker,
+    batch: int,
+    missing: list[int],
+    got: Sequence[object],
+    faults: Faults,
+) -> str:
+    """What to look at when acknowledged instances are not in the log exactly once."""
+    frames = [
+        (sf.seq, sf.global_seq, type(sf.frame).__name__, _changes(sf.frame)[:3])
+        for sf in cl.log.read_stream("shared")
+    ]
+    return (
+        f"worker {wk.w} batch {batch}: {len(missing)} acknowledged instances not saved once, "
+        f"first {missing[:5]}; head has {[got[i] for i in missing[:3]]}\n"
+        f"streams: {cl.log.streams()}\nframes of shared (seq, gseq, kind, first changes): "
+        f"{frames}\nfaults: {faults}\nworker output: {wk.lines}\nworker stderr:\n{wk.stderr}"
+    )
+
+
+def _changes(frame: object) -> list[int]:
+    if isinstance(frame, Save):
+        return [ch.index for ch in frame.instances]
+    if isinstance(frame, Snapshot):
+        return [ch.index for ch in frame.batch]
+    return []
+
+
 def _instance_counts(cl: CheckpointLog) -> dict[int, int]:
     """How many times each instance index was saved in the frames of ``shared``."""
     counts: dict[int, int] = {}
@@ -115,8 +145,8 @@ def _instance_counts(cl: CheckpointLog) -> dict[int, int]:
         frame = sf.frame
         # A batch's frame is a delta, or now and then a snapshot listing the batch beside it.
         assert isinstance(frame, Save | Snapshot), frame
-        for ch in frame.instances if isinstance(frame, Save) else frame.batch:
-            counts[ch.index] = counts.get(ch.index, 0) + 1
+        for i in _changes(frame):
+            counts[i] = counts.get(i, 0) + 1
     return counts
 
 
@@ -407,9 +437,10 @@ def test_workers_on_separate_hosts_survive_kills_and_cut_links(
             for wk in workers:
                 share = _share(wk.w)
                 for b in wk.acked_batches():
+                    missing = [i for i in share[b] if counts.get(i) != 1]
+                    assert not missing, _lost_report(check, wk, b, missing, got, faults)
                     for i in share[b]:
                         acked += 1
-                        assert counts.get(i) == 1, (wk.w, b, i)
                         assert got[i] == done({"w": wk.w, "i": i}), (wk.w, b, i)
                 own = f"own-{wk.w}"
                 ats = _saved_ats(check, own)
