@@ -48,6 +48,10 @@ class _Pair:
     lock: threading.Lock = field(default_factory=threading.Lock)
     may_answer: threading.Event = field(default_factory=threading.Event)
     writing: bool = False  # in a write transaction (seen from the client's side)
+    # The link was cut after the client's data up to here: nothing later reaches the server
+    # (a chunk read after the one cut at must not: TCP never delivers a later part of the
+    # stream without an earlier one, and the server would take it as the rest of the stream).
+    severed: bool = False
 
     def close(self, *, reset: bool = False) -> None:
         with self.lock:
@@ -160,6 +164,7 @@ class Forwarder:
         pair.may_answer.clear()
         if deliver:
             pair.server.sendall(data)
+        pair.severed = True
         fire()  # without deliver the COMMIT is lost: the server's session waits on, in the
         pair.may_answer.set()  # transaction, until the dead connection is noticed
 
@@ -170,6 +175,8 @@ class Forwarder:
                 data = src.recv(1 << 16)
                 if not data:
                     break
+                if to_server and pair.severed:
+                    continue
                 if to_server and b"pg_advisory_xact_lock" in data:
                     pair.writing = True  # a write transaction begins: the writers' lock
                 if to_server and pair.writing and b"COMMIT\x00" in data:
