@@ -99,7 +99,15 @@ URL_SCHEMES = ("postgresql", "postgres")
 IDLE_READERS_MAX = 4  # pooled read connections kept open between reads
 CHUNK_FIRST = 64
 CHUNK_MAX = 4096
-RESOLVE_ATTEMPTS = 6  # reconnections tried to learn an ambiguous commit's fate
+RESOLVE_ATTEMPTS = 6  # reconnections tried at least to learn an ambiguous commit's fate,
+RESOLVE_BUDGET_S = 45.0  # and for this long: past the server's noticing a dead client (below)
+# The write session's server side: a client host that died (power, network) mid-transaction is
+# noticed within ~25 s (keepalives) or 30 s of unacknowledged data, and its session ends,
+# releasing the writers' lock; the kernel's defaults would hold it for over two hours.
+SERVER_KEEPALIVES = (
+    "SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; "
+    "SET tcp_keepalives_count = 3; SET tcp_user_timeout = 30000"
+)
 OPEN_ATTEMPTS = 5  # opens tried when the connection drops while checking the schema
 RETRY_SLEEP_S = 0.05  # first backoff between write attempts; doubles, capped at 1 s
 _GRAVEYARD: list[Any] = []  # a forked child's inherited connections: never used, never finished
@@ -710,12 +718,13 @@ class PostgresBackend(Backend):
         self._key = _lock_key(self.schema)
         # Write transactions always commit asynchronously (the writers' lock is released
         # without waiting for the disk); "fsync" then flushes outside the lock (_FLUSH).
-        self._sync_setting = "SET synchronous_commit = off"
+        self._sync_setting = f"SET synchronous_commit = off; {SERVER_KEEPALIVES}"
         self._flush_after = self.durability == "fsync"
         # Queued after _BEGIN_WRITE: wait for the writers' lock, take the transaction id.
         self._take_lock = f"SELECT pg_advisory_xact_lock({self._key}), txid_current()"
         self._closed = False
         self._unknown: CommitOutcomeUnknown | None = None
+        self.resolve_budget_s = RESOLVE_BUDGET_S
         # Seconds spent beginning write transactions (mostly waiting for the writers' lock)
         # and commits made: what the scaling benchmark reports.
         self.lock_wait_s = 0.0
@@ -821,7 +830,10 @@ class PostgresBackend(Backend):
         delay = RETRY_SLEEP_S
         status: str | None = "unknown"
         what = "flush after the commit" if committed else "commit"
-        for attempt in range(RESOLVE_ATTEMPTS):
+        start = time.monotonic()
+        attempt = 0
+        while attempt < RESOLVE_ATTEMPTS or time.monotonic() - start < self.resolve_budget_s:
+            attempt += 1
             try:
                 with self._connect() as conn:
                     row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
@@ -845,10 +857,11 @@ class PostgresBackend(Backend):
                     f"rolled transaction {xid} back; run it again"
                 ) from cause
             time.sleep(delay)  # "in progress": the server has not noticed yet; or unreachable
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, 2.0)
         self._unknown = CommitOutcomeUnknown(
             f"the connection to {self.location!r} failed during COMMIT of transaction {xid} "
-            f"and its outcome could not be learned (last status: {status}); it may or may not "
+            f"and its outcome could not be learned in {time.monotonic() - start:.0f} s "
+            f"(last status: {status}); it may or may not "
             "have committed, so this log refuses further writes (a retry could save twice): "
             "reopen the log, read the streams' last seqs to see what landed, then save again"
         )

@@ -170,11 +170,15 @@ class _HeadFrame(DeferredFrame):
         if not as_snapshot:
             return frame
         full = snapshot(head)
-        if frame.instance_saved_at:  # a batch: keep its changes, which the record hides
-            full = msgspec.structs.replace(
-                full, batch=frame.instances, instance_saved_at=frame.instance_saved_at
-            )
+        calls = self._calls(frame)
+        if calls is not None:  # save_instance calls: keep them, which the record hides
+            full = msgspec.structs.replace(full, batch=calls[0], instance_saved_at=calls[1])
         return full
+
+    def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
+        """The ``save_instance`` calls ``frame`` commits, each with its time (``None``: the
+        frame is a whole record's)."""
+        return None
 
     def rows_written(self) -> bool:
         """Whether the delta's instance rows were written before the lock."""
@@ -271,6 +275,9 @@ class _InstanceSaves(_HeadFrame):
 
     def rows_written(self) -> bool:
         return self.early is not None
+
+    def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
+        return frame.instances, frame.instance_saved_at or (frame.saved_at,)
 
     def before_lock(self, txn: WriteTxn, stream: str, sid: int) -> None:
         """The batch's instance rows, keyed by the layout last seen, before the writers' lock

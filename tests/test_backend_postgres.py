@@ -94,6 +94,7 @@ def test_a_commit_cut_off_is_resolved_by_its_transaction_id(
             backend._resolve(xid, cause)
         backend.run_write(lambda txn: txn.put("a", b"k", b"still writable"))
         # Still in progress every time it asks: the outcome is unknown, so no more writes.
+        backend.resolve_budget_s = 0.5  # (45 s by default: past the server's keepalives)
         xid, conn = _other_txn(url, commit=None)
         try:
             with pytest.raises(CommitOutcomeUnknown, match=r"may or may not have committed"):
@@ -203,7 +204,7 @@ def test_writes_commit_under_the_lock_and_flush_after_it(
         rec = _Recorder(backend, monkeypatch)
         backend.run_write(lambda txn: txn.put("a", b"k", b"v"))
         s = rec.statements
-        assert s[0] == "SET synchronous_commit = off"  # the write connection's setting
+        assert s[0].startswith("SET synchronous_commit = off;")  # the write connection's
         assert s[1] == "BEGIN ISOLATION LEVEL READ COMMITTED"
         assert "pg_advisory_xact_lock" in s[2]  # queued: sent with the first read or COMMIT
         commit = s.index("COMMIT")
@@ -216,6 +217,12 @@ def test_writes_commit_under_the_lock_and_flush_after_it(
         row = conn.execute("SHOW synchronous_commit").fetchone()
         assert row is not None
         assert row[0] == "off"
+        # Its server side notices a dead client host within ~30 s, not the kernel's 2 hours.
+        settings = {
+            name: conn.execute(f"SHOW {name}").fetchone()
+            for name in ("tcp_keepalives_idle", "tcp_user_timeout")
+        }
+        assert settings == {"tcp_keepalives_idle": ("10",), "tcp_user_timeout": ("30000",)}
     finally:
         backend.close()
 

@@ -119,6 +119,26 @@ class Internals:
         assert report.ok, str(report)
 
 
+    def test_a_single_instance_save_written_as_a_snapshot_keeps_its_change(
+        self, opener: Opener
+    ) -> None:
+        """One ``save_instance`` call stored as a snapshot names its instance and time too
+        (the record alone would not say which instance the call saved)."""
+        cl = opener()
+        cl.save("a", make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 4)]))
+        big = random.Random(7).randbytes(1500).hex()  # outweighs the first snapshot
+        cl.save_instance("a", "outer", 1, done(big), namespace=NS, saved_at=2.0)
+        cl.save_instance("a", "outer", 2, done(2), namespace=NS, saved_at=3.0)
+        frames = [sf.frame for sf in cl.log.read_stream("a")]
+        assert [type(f).__name__ for f in frames] == ["Snapshot", "Save", "Snapshot"]
+        last = frames[-1]
+        assert [(c.index, c.progress) for c in last.batch] == [(2, done(2))]
+        assert last.instance_saved_at == (3.0,)
+        entries = list(cl.history("a"))
+        assert entries[-1].record.fan_out_progress[0].instances[2] == done(2)
+        assert_history_consistent(cl, "a")
+
+
 class TestInternalsLmdb(Internals):
     def make_log(self, tmp_path: Path, **kw: Any) -> CheckpointLog:
         return CheckpointLog.open(tmp_path / "log", durability="process", **kw)
