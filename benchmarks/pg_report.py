@@ -219,10 +219,14 @@ def markdown(payload: dict[str, Any], json_path: str) -> str:
         "are the figures to read, not the absolute rates." + disturbed(payload),
         "",
         "What is compared (each store in a fresh schema of its own, durability like for like: "
-        "`fsync` = `synchronous_commit = on`, `process` = `off`):",
+        "`fsync` = a save returns once its WAL is on disk (`synchronous_commit = on` for the "
+        "others; ckptlog commits asynchronously under its writers' lock, then flushes before "
+        "returning), `process` = not flushed (`synchronous_commit = off`)):",
         "",
         "1. LangGraph saves: a real one-node `StateGraph` (each step replaces a ~200-byte result "
-        "dict and bumps a counter) recorded once, its `put` / `put_writes` calls replayed into "
+        "dict and bumps a counter; the state also carries a document of 0, 4 KiB or 64 KiB that "
+        "the input sets and no step rewrites) recorded once, its `put` / `put_writes` calls "
+        "replayed into "
         'ckptlog\'s saver on PostgreSQL (`LmdbSaver.open("postgresql://...?schema=...")`) and '
         "LangGraph's `PostgresSaver` (langgraph-checkpoint-postgres "
         f"{payload['packages'].get('langgraph-checkpoint-postgres')}, `.setup()`, an autocommit "
