@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 import traceback
+
+from pg_writer import emit  # the same line-at-once output
 
 from eventlog.checkpoints import CheckpointLog
 from eventlog.errors import CommitOutcomeUnknown, StorageError
@@ -35,10 +36,6 @@ from eventlog.records import FanOutInternalSaveBatching
 from eventlog.testing import NS, done, make_record
 
 STOPPED = 3
-
-
-def emit(line: str) -> None:
-    os.write(1, (line + "\n").encode())
 
 
 def main() -> int:

@@ -122,26 +122,13 @@ def _pg_saver(directory: Path, sync: str) -> Any:
     """LangGraph's ``PostgresSaver`` (langgraph-checkpoint-postgres) in the store's schema, on a
     connection opened as its ``from_conn_string`` opens one, with ``synchronous_commit`` set
     like for like; closing the saver closes the connection."""
-    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415 - optional peer
-    from psycopg.rows import dict_row  # noqa: PLC0415
+    from benchmarks.pg_compare import open_postgres_saver  # noqa: PLC0415 - optional peer
 
     schema = _schema_of(directory)
     with psycopg.connect(URL, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-    conn = psycopg.connect(
-        URL,
-        autocommit=True,
-        prepare_threshold=0,
-        row_factory=dict_row,
-        options=f"-c search_path={schema} -c synchronous_commit={sync}",
-    )
-
-    class ClosingPostgresSaver(PostgresSaver):
-        def close(self) -> None:
-            conn.close()
-
-    saver = ClosingPostgresSaver(conn)
-    saver.setup()
+    saver, conn = open_postgres_saver(URL, schema, sync)
+    saver.close = conn.close  # type: ignore[attr-defined]  # the harness closes what it opened
     return saver
 
 
