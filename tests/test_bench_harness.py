@@ -381,7 +381,10 @@ def test_instances_rows_in_the_smoke_run(quick: tuple[dict[str, Any], str]) -> N
             row = _row(data, "instances", "n=1000", f"{peer}-{mode}")
             assert row["status"] == "ok", row.get("reason")
             assert row["reference"] == f"ckptlog-{mode} · save_instance"
-            assert row["ratio"] == pytest.approx(ours["rate_median"] / row["rate_median"], rel=1e-3)
+            # the JSON keeps 4 decimals (harness._round): a ratio under 0.05 is only that exact
+            assert row["ratio"] == pytest.approx(
+                ours["rate_median"] / row["rate_median"], rel=1e-3, abs=5e-5
+            )
             assert data["peers"][f"{peer}-{mode}"]["durability"]["kind"] == mode
     assert "synchronous=FULL" in data["peers"]["sqlite-rows-fsync"]["durability"]["detail"]
     assert "synchronous=NORMAL" in data["peers"]["sqlite-rows-process"]["durability"]["detail"]
