@@ -81,11 +81,19 @@ def _langgraph_log(path: Path) -> None:
     g.add_edge("fetch", END)
     with LmdbSaver.open(path, durability="process") as saver:
         app = g.compile(checkpointer=saver)
-        app.invoke({"items": [], "n": 1}, {"configurable": {"thread_id": "thread-1"}})
-        app.invoke({"items": ["x"], "n": 5}, {"configurable": {"thread_id": "thread-1"}})
+        # durability="sync": each step's put lands before the next step's put_writes, so the
+        # frame order the export test reads does not depend on LangGraph's background thread
+        sync: Any = "sync"
+        app.invoke(
+            {"items": [], "n": 1}, {"configurable": {"thread_id": "thread-1"}}, durability=sync
+        )
+        app.invoke(
+            {"items": ["x"], "n": 5}, {"configurable": {"thread_id": "thread-1"}}, durability=sync
+        )
         app.invoke(
             {"items": [], "n": 2},
             {"configurable": {"thread_id": "thread-2", "checkpoint_ns": ""}},
+            durability=sync,
         )
 
 
