@@ -56,6 +56,7 @@ from eventlog.integrations.headed import HeadedEventView
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.reports import VerifyReport
 from eventlog.validate import is_int
+from projections import apflow as read_fold
 
 __all__ = [
     "TABLE",
@@ -135,6 +136,9 @@ class ApflowView(HeadedEventView[_Head]):
 
     def step(self, head: _Head, frame: Any, seq: int) -> _Head:
         return _apply(head, frame, seq)
+
+    def read_apply(self, state: Any, frame: Any) -> tuple[Any, str, str, str | None, str | None]:
+        return tuple(read_fold.apply(state, frame))
 
 
 VIEW: Final = ApflowView()

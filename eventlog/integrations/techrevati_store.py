@@ -19,6 +19,7 @@ from eventlog.frames import Event
 from eventlog.integrations.headed import HeadedEventView
 from eventlog.layout import U64 as _U64
 from eventlog.log import StoredFrame
+from projections import techrevati as read_fold
 
 TABLE: Final = "techrevati"
 TABLES: Final = (TABLE,)
@@ -107,6 +108,10 @@ class TechrevatiView(HeadedEventView[_Head]):
 
     def step(self, head: _Head, frame: Any, seq: int) -> _Head:
         return _apply(head, frame, seq)
+
+    def read_apply(self, state: Any, frame: Any) -> tuple[Any, str, str, str | None, str | None]:
+        applied = read_fold.apply(state, frame)
+        return (*applied, None)
 
     def apply_extra(self, txn: WriteTxn, sid: int, seq: int, frame: Any) -> None:
         if frame.name == STEP:
