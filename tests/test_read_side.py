@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,32 @@ def test_a_registered_view_goes_before_the_checkpoint_view() -> None:
     assert all(v.name != "tally" for v in views.REGISTRY)
     with pytest.raises(Exception, match="built in"):
         views.unregister("checkpoints")
+
+
+def test_the_viewer_reads_a_techrevati_thread_without_techrevati(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before issue 23, ``ckptlog show`` read a techrevati thread without the framework while
+    the viewer asked to install it; now the viewer reads the frames through the view too."""
+    from tests.viewer_logs import build_mixed  # noqa: PLC0415
+
+    build_mixed(tmp_path / "mixed", instances=10)
+    server = make_server(str(tmp_path / "mixed"), port=0)
+    server.serve_in_thread()
+    try:
+        c = Client(server)
+        with_framework = c.api("techrevati", thread="tr-1")
+        monkeypatch.setitem(sys.modules, "eventlog.integrations.techrevati", None)
+        without = c.api("techrevati", thread="tr-1")
+        assert "from_frames" not in with_framework
+        assert "from_frames" in without
+        assert [r["kind"] for r in without["rows"]] == [r["kind"] for r in with_framework["rows"]]
+        assert [r["seq"] for r in without["rows"]] == [r["seq"] for r in with_framework["rows"]]
+        code, out, _ = ckptlog("show", str(tmp_path / "mixed"), "tr-1", "--json")
+        assert code == 0
+        last = without["rows"][-1]["value"]
+        assert last["t"] == "dict"
+        assert {k for k, _ in last["items"]} == set(json.loads(out)["view"])
+    finally:
+        server.shutdown()
+        server.server_close()

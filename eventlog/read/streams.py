@@ -63,15 +63,24 @@ def _names(info: StreamInfo) -> set[str]:
 
 
 def find(
-    log: EventLog, wanted: str | None, labels: dict[str, Any] | None = None
+    log: EventLog,
+    wanted: str | None,
+    labels: dict[str, Any] | None = None,
+    *,
+    kind: str | None = None,
 ) -> tuple[str, StreamInfo] | None:
     """The stream a user means: ``wanted`` is its key or a name its view gives it (a thread
-    id, a task id), and its view's labels hold ``labels`` (``{"thread_id": ...,
-    "checkpoint_ns": ...}``); the key itself first, then the streams in the log's order."""
+    id, a task id), its view's labels hold ``labels`` (``{"thread_id": ...,
+    "checkpoint_ns": ...}``) and its kind is ``kind`` (any when ``None``); the key itself
+    first, then the streams in the log's order."""
     if wanted is not None and not labels and log.last_seq(wanted) > 0:
-        return wanted, describe(log, wanted)
+        info = describe(log, wanted)
+        if kind is None or info.kind == kind:
+            return wanted, info
 
     def fits(info: StreamInfo) -> bool:
+        if kind is not None and info.kind != kind:
+            return False
         if labels and any(info.labels.get(k) != v for k, v in labels.items()):
             return False
         return wanted is None or wanted in _names(info)

@@ -532,16 +532,31 @@ class Viewer:
     def techrevati(self, thread_id: str, offset: int, limit: int) -> dict[str, Any]:
         try:
             from eventlog.integrations.techrevati import TABLES, LogSaver  # noqa: PLC0415
-        except ImportError as e:
-            raise BadRequest(
-                f"techrevati is not installed ({e}); pip install 'ckptlog[techrevati]'"
-            ) from e
+        except ImportError as e:  # the framework is not installed: its view reads the frames
+            out = self._from_steps(thread_id, "techrevati", offset, limit, f"{e}")
+            return {"thread_id": thread_id, **out}
         saver = LogSaver(self._integration_log("techrevati", TABLES))
         rows = []
         for h in itertools.islice(saver.history(thread_id), offset, offset + limit):
             item = h.checkpoint if h.checkpoint is not None else h.step
             rows.append({"seq": h.seq, "kind": h.kind, "at": h.at, "value": tree(_plain(item))})
         return {"thread_id": thread_id, "offset": offset, "rows": rows}
+
+    def _from_steps(
+        self, name: str, kind: str, offset: int, limit: int, why: str
+    ) -> dict[str, Any]:
+        """An integration's history from its view's steps, when the framework that the
+        integration's own history API needs is missing: each frame with the stream as of it
+        (the same values ``ckptlog show`` prints)."""
+        found = read.find(self.cl.log, name, kind=kind)
+        if found is None:
+            raise BadRequest(f"no {kind} stream {name!r} in the log; pick one from the list")
+        readable = (s for s in read.steps(self.cl.log, *found) if not isinstance(s, fx.Unreadable))
+        rows = [
+            {"seq": s.seq, "kind": s.kind, "at": s.saved_at, "value": tree(s.value)}
+            for s in itertools.islice(readable, offset, offset + limit)
+        ]
+        return {"offset": offset, "rows": rows, "from_frames": why}
 
     def apflow(self, task_id: str, offset: int, limit: int) -> dict[str, Any]:
         try:
