@@ -24,6 +24,9 @@ from eventlog.reports import Problem
 from eventlog.streams import Step, StreamInfo
 from eventlog.viewer.server import make_server
 from tests.test_serve import Client
+from tests.test_serve_browser import driver, find, has_text, no_errors, open_page, text, wait
+
+__all__ = ["driver"]  # the browser fixture, shared with tests/test_serve_browser.py
 
 PREFIX = "tally:"
 
@@ -229,6 +232,24 @@ def test_the_viewer_reads_a_techrevati_thread_without_techrevati(
         last = without["rows"][-1]["value"]
         assert last["t"] == "dict"
         assert {k for k, _ in last["items"]} == set(json.loads(out)["view"])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_fifth_kind_of_stream_in_the_page(driver: Any, tally_log: Path) -> None:
+    """The page has no panel for a tally: it lists it in its view's terms and shows its frames
+    with the value after each (/api/steps), with no change to the page."""
+    server = make_server(str(tally_log), port=0)
+    server.serve_in_thread()
+    try:
+        open_page(driver, server)
+        wait(driver, has_text("#inv-list", "tally counter"))
+        find(driver, '#inv-list li[data-id="tally:apples"]').click()
+        wait(driver, has_text("#steps", "add +-1"))
+        assert "tally apples" in text(driver, "#detail")
+        assert "adder" in text(driver, "#steps")
+        no_errors(driver)
     finally:
         server.shutdown()
         server.server_close()

@@ -21,6 +21,7 @@ from eventlog.cli.context import Ctx
 from eventlog.cli_render import table as _table
 from eventlog.read.diffs import value_lines
 from eventlog.read.text import brief, escape, fmt_time, iso_time
+from eventlog.read.values import json_bytes
 from eventlog.reports import Problem, VerifyReport
 from eventlog.streams import Step, StreamInfo
 
@@ -41,16 +42,10 @@ __all__ = [
 
 STATE_LINES_MAX: Final = 40  # lines of state JSON `show` prints before eliding (--full: all)
 
-_json = msgspec.json.Encoder()
-
 
 def to_json(obj: Any) -> str:
     """JSON text of ``obj`` with every Struct as an object keyed by field name."""
-    value = fx.plain(obj)
-    try:
-        return _json.encode(value).decode()
-    except (TypeError, ValueError):
-        return _json.encode(fx.json_safe(value)).decode()
+    return json_bytes(obj).decode()
 
 
 def problem_json(p: Problem | fx.Unreadable) -> dict[str, Any]:

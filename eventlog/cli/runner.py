@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import importlib.metadata
 import os
 import shutil
 import signal
@@ -36,6 +35,7 @@ from eventlog.cli.context import (
 )
 from eventlog.cli.options import Parser, common
 from eventlog.errors import CheckpointError, CorruptFrame, NotALog, StorageError, UnsupportedFormat
+from eventlog.read.values import package_version
 from eventlog.reports import Problem, VerifyReport
 
 
@@ -71,13 +71,6 @@ def command_module(name: str) -> Any:
     return importlib.import_module(f"eventlog.cli.commands.{COMMANDS[name].module}")
 
 
-def version() -> str:
-    try:
-        return importlib.metadata.version("ckptlog")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
-
-
 def build_parser(command: str | None = None) -> Parser:
     """The ``ckptlog`` parser; with ``command``, only that command's module is imported (the
     others are listed by their summaries)."""
@@ -89,7 +82,7 @@ def build_parser(command: str | None = None) -> Parser:
         epilog=EXIT_CODES + "\ntimes: seconds since the epoch or ISO 8601; shown in UTC.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"ckptlog {version()}")
+    parser.add_argument("--version", action="version", version=f"ckptlog {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     parent = common()

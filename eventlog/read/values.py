@@ -14,13 +14,45 @@ from typing import Any, Final
 import msgspec
 
 from eventlog.errors import InvalidArgument
+from eventlog.forensics.export import json_safe
 from eventlog.streams import plain
 
-__all__ = ["CONTAINER_ITEMS", "STRING_CHARS", "TREE_DEPTH", "subvalue", "tree"]
+__all__ = [
+    "CONTAINER_ITEMS",
+    "STRING_CHARS",
+    "TREE_DEPTH",
+    "json_bytes",
+    "package_version",
+    "subvalue",
+    "tree",
+]
 
 CONTAINER_ITEMS: Final = 100  # items of a dict or list the state tree sends per request
 TREE_DEPTH: Final = 4  # levels of the state tree sent at once (deeper: fetched on click)
 STRING_CHARS: Final = 4000  # characters of a string value sent
+
+_json = msgspec.json.Encoder()
+
+
+def json_bytes(obj: Any) -> bytes:
+    """JSON of ``obj`` with every Struct as an object keyed by field name (the command line's
+    ``--json`` and the viewer's answers); a mapping with keys JSON cannot hold gets them as
+    their ``repr``."""
+    value = plain(obj)
+    try:
+        return _json.encode(value)
+    except (TypeError, ValueError):
+        return _json.encode(json_safe(value))
+
+
+def package_version() -> str:
+    """ckptlog's installed version (``(not installed)`` in a checkout without metadata)."""
+    import importlib.metadata  # noqa: PLC0415 - only when asked
+
+    try:
+        return importlib.metadata.version("ckptlog")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def tree(value: Any, depth: int = TREE_DEPTH, offset: int = 0) -> dict[str, Any]:

@@ -29,11 +29,10 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import IO, Any, Final
 
-import msgspec
-
 from eventlog import forensics as fx
 from eventlog.errors import CheckpointError
 from eventlog.read.opening import chain_key_options
+from eventlog.read.values import json_bytes, package_version
 from eventlog.viewer.api import BINS_MAX, PAGE_MAX, BadRequest, Viewer
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -55,15 +54,6 @@ class ServeError(CheckpointError):
 
 
 # -- HTTP -----------------------------------------------------------------------------------------
-
-_json = msgspec.json.Encoder()
-
-
-def _encode(obj: Any) -> bytes:
-    try:
-        return _json.encode(obj)
-    except (TypeError, ValueError):
-        return _json.encode(fx.json_safe(obj))
 
 
 class _Args:
@@ -108,7 +98,11 @@ def _routes(v: Viewer) -> dict[str, Callable[[_Args], Any]]:
         return a.number("offset", 0), a.number("limit", 100, lo=1, hi=PAGE_MAX)
 
     return {
-        "/api/info": lambda a: {"path": v.path, "version": _version(), "problems": v.problems},
+        "/api/info": lambda a: {
+            "path": v.path,
+            "version": package_version(),
+            "problems": v.problems,
+        },
         "/api/changes": lambda a: v.changes(),
         "/api/invocations": lambda a: v.invocations(
             a.text("q", ""), a.text("status", ""), a.text("family", ""), *page(a)
@@ -148,15 +142,6 @@ def _routes(v: Viewer) -> dict[str, Callable[[_Args], Any]]:
         "/api/stats": lambda a: v.stats(),
         "/api/verify": lambda a: v.verify(a.text("start", "0") == "1"),
     }
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version  # noqa: PLC0415
-
-        return version("ckptlog")
-    except Exception:  # noqa: BLE001 - a source checkout without metadata
-        return "dev"
 
 
 def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
@@ -292,7 +277,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, result, head, cookie_token)
 
     def _send(self, status: int, obj: Any, head: bool = False, cookie: str | None = None) -> None:
-        self._reply(status, "application/json", _encode(obj), head, cookie)
+        self._reply(status, "application/json", json_bytes(obj), head, cookie)
 
     def _reply(
         self, status: int, ctype: str, body: bytes, head: bool, cookie: str | None = None
