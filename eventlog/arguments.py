@@ -6,9 +6,11 @@ expected, instead of a ``TypeError`` from deep inside a lookup. Saves are checke
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
-from eventlog.errors import InvalidRecord, InvalidStreamKey
+from eventlog.errors import InvalidArgument, InvalidRecord, InvalidStreamKey
+from eventlog.records import HISTORY_KINDS
 
 
 def _found(value: Any) -> str:
@@ -76,3 +78,18 @@ def checkpoint_filter(value: Any) -> None:
 
 
 _MISSING = object()
+
+
+def history_kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    """``kinds`` of ``history``: save kinds and ``"delete"`` (``None``: every kind)."""
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    chosen = frozenset(kinds)
+    unknown = sorted(chosen - set(HISTORY_KINDS))
+    if unknown:
+        raise InvalidArgument(
+            f"unknown history kind(s) {unknown}; expected any of {list(HISTORY_KINDS)}"
+        )
+    return chosen

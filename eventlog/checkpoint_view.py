@@ -4,7 +4,9 @@ and snapshot marks (tables in eventlog.materialized), as one :class:`eventlog.vi
 The writer (eventlog.checkpoints) keeps these rows in each save's transaction from the delta it
 computed; :meth:`CheckpointView.apply` does the same from a committed frame alone (compaction,
 rebuild), :meth:`CheckpointView.rebuild_stream` folds a whole stream and writes its rows once,
-and :func:`verify_rows` checks every row against the fold of its stream.
+and :func:`verify_rows` checks every row against the fold of its stream. For the read side,
+:meth:`CheckpointView.describe` and :meth:`CheckpointView.steps` (the tolerant forensic walk,
+each frame with the record as of it).
 
 Invariants:
 - Rows written from frames here equal, byte for byte, the rows the writer wrote for the same
@@ -15,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -45,6 +47,8 @@ from eventlog.materialized import (
 )
 from eventlog.records import FanOutInstanceProgress, NodePosition, is_not_started
 from eventlog.reports import Problem
+from eventlog.streams import Step, StreamInfo, plain
+from eventlog.walker import Unreadable, walk
 from projections.records import Head, apply_inplace
 
 PROBLEMS_PER_STREAM_MAX: Final = 20  # materialized-row problems listed per stream, then a count
@@ -126,6 +130,75 @@ class CheckpointView:
         self, log: EventLog, progress: Callable[[int, int], None] | None = None
     ) -> list[Problem]:
         return verify_rows(log, progress)
+
+    # -- the read side ---------------------------------------------------------------------------
+
+    def describe(self, stream: str) -> StreamInfo:
+        """Any key may name an invocation: this view describes every stream it is asked about
+        (it is asked last)."""
+        return StreamInfo(stream, "checkpoint", "checkpoint", stream, records=True)
+
+    def steps(self, log: EventLog, stream: str, *, diffs: bool = False) -> Iterator[Any]:
+        """The tolerant forensic walk (eventlog.forensics.walk), each frame with the record as
+        of it (``value``: its content as plain data; O(record) per frame, so the command line's
+        history and replay read ``detail`` instead)."""
+        positions = 0
+        for item in walk(log, stream, tolerant=True, counts=True, diffs=diffs):
+            if isinstance(item, Unreadable):
+                yield item
+                continue
+            made_by, positions = step_nodes(item, positions)
+            record = item.record()
+            label = kind_label(item) + (" (compacted)" if item.compacted is not None else "")
+            yield Step(
+                item.seq, item.global_seq, item.saved_at, item.kind, label, None, made_by,
+                item.stored_bytes, item.checksum, item.frame, item.frame_type,
+                plain(record) if record is not None else None, record, item,
+            )  # fmt: skip
+
+
+def kind_label(step: Any) -> str:
+    """The save kind; a batch says how many instance saves it commits (``x256``)."""
+    n = step.instance_saves
+    return str(step.kind) if n is None else f"{step.kind} x{n:,}"
+
+
+def step_nodes(step: Any, positions: int) -> tuple[tuple[str, ...], int]:
+    """The node(s) whose completion made a walk step (a forensics Step), and the count of
+    completed positions after it (pass it to the next call; 0 to start)."""
+    nodes: tuple[str, ...] = ()
+    if step.head is not None:
+        now = len(step.head.positions)
+        if now > positions and step.compacted is None:  # a compacted start: not new
+            nodes = tuple(dict.fromkeys(p.node_name for p in step.head.positions[positions:]))
+        positions = now
+        if not nodes:
+            nodes = fan_out_nodes(step)
+    elif step.is_record:
+        positions = 0
+    return nodes, positions
+
+
+def fan_out_nodes(step: Any) -> tuple[str, ...]:
+    """The fan-out node(s) whose instances a frame changed (a batch, or one instance save)."""
+    frame = step.frame
+    if isinstance(frame, Save) and frame.instance_saved_at:
+        changes: tuple[Any, ...] = frame.instances
+    elif isinstance(frame, Snapshot) and frame.batch:
+        changes = frame.batch
+    else:
+        changes = ()
+    if not changes and isinstance(frame, Save):
+        changes = frame.instances
+    if step.head is None:
+        return ()
+    names = {s.header.fid: s.header.fan_out_node_name for s in step.head.slots}
+    if not changes:
+        # A snapshot written for one instance save keeps no change list: an instance save
+        # changes its invocation's fan-out(s).
+        fan_out_kind = step.kind in ("fan_out_internal", "fan_out_in_flight_failure")
+        return tuple(dict.fromkeys(names.values())) if fan_out_kind else ()
+    return tuple(dict.fromkeys(names.get(c.fid, "?") for c in changes))
 
 
 def _write_full(txn: WriteTxn, sid: int, head: Head, bookkeeping: tuple[int, int, int]) -> None:

@@ -29,18 +29,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import importlib
 import os
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Final
+from typing import Any, ClassVar, Final
 
 import msgspec
 
 from backends.base import Backend, Durability, WriteTxn
 from eventlog import arguments as args
-from eventlog import forensics
+from eventlog import views
 from eventlog.codec import encode_value
 from eventlog.errors import (
     DamagedRow,
@@ -102,9 +104,6 @@ from projections.records import (
     snapshot,
     to_record,
 )
-
-if TYPE_CHECKING:
-    from projections.history import RecordDiff
 
 SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames past a snapshot,
 SNAPSHOT_BYTES_PER_FRAME: Final = 64  # or one per this many bytes of it, if that is more: a
@@ -906,27 +905,30 @@ class CheckpointLog:
         """Every save and delete of ``invocation_id``, oldest first, as full records.
 
         ``since <= saved_at < until`` and ``kinds`` (save kinds and ``"delete"``) filter what
-        is yielded (eventlog.forensics); the fold still reads the whole stream.
+        is yielded; the fold still reads the whole stream.
         """
         args.stream_id("invocation_id", invocation_id)
         args.timestamp("since", since, optional=True)
         args.timestamp("until", until, optional=True)
         args.strings("kinds", [kinds] if isinstance(kinds, str) else kinds, optional=True)
+        chosen = args.history_kinds(kinds)
         self._last_seq(invocation_id)  # an unknown id raises, never reads as no history
-        if since is not None or until is not None or kinds is not None:
-            yield from forensics.history(self, invocation_id, since=since, until=until, kinds=kinds)
-            return
         head: Head | None = None
         for sf in self.log.read_stream(invocation_id):
             frame = sf.frame
             if not isinstance(frame, CHECKPOINT_FRAMES):
                 continue  # an event appended beside the saves: not part of the record
             head = apply_inplace(head, frame, sf.seq, invocation_id)
-            if isinstance(frame, Tombstone):
-                yield HistoryEntry(sf.seq, frame.saved_at, "delete", None)
-            else:
-                assert head is not None
-                yield HistoryEntry(sf.seq, frame.saved_at, frame.kind, to_record(head))
+            kind = "delete" if isinstance(frame, Tombstone) else frame.kind
+            if (since is not None and frame.saved_at < since) or (
+                until is not None and frame.saved_at >= until
+            ):
+                continue
+            if chosen is not None and kind not in chosen:
+                continue
+            yield HistoryEntry(
+                sf.seq, frame.saved_at, kind, None if head is None else to_record(head)
+            )
 
     def _last_seq(self, invocation_id: str) -> int:
         """The newest seq of ``invocation_id``; :class:`UnknownInvocation` when it has none."""
@@ -970,59 +972,28 @@ class CheckpointLog:
     ) -> VerifyReport:
         """The log's checks (checksums, chains, seqs, index) plus: every materialized row
         (head, state, positions, fan-out rows, indexes) equals the fold of its frames."""
-        self.log.check_readable("verify")  # (forensics.verify reports errors as problems)
-        return forensics.verify(self, progress, rows_progress)
+        self.log.check_readable("verify")  # (views.verify_log reports errors as problems)
+        return views.verify_log(self.log, progress, rows_progress)
 
-    # -- forensics (eventlog/forensics/) ---------------------------------------------------------
+    # The forensic queries moved to eventlog.forensics (forensics.diff(log, ...), ...): these
+    # names resolve there, with a DeprecationWarning, for one release (see __getattr__).
+    _MOVED: ClassVar[frozenset[str]] = frozenset(
+        ("record_as_of", "diff", "replay", "scan", "export", "compact")
+    )
 
-    def record_as_of(self, invocation_id: str, timestamp: float) -> CheckpointRecord | None:
-        """The record as it stood at ``timestamp`` (after the newest save stamped <= it)."""
-        args.stream_id("invocation_id", invocation_id)
-        args.timestamp("timestamp", timestamp)
-        return forensics.record_as_of(self, invocation_id, timestamp)
-
-    def diff(self, invocation_id: str, seq_a: int, seq_b: int) -> RecordDiff:
-        """What changed from stream seq ``seq_a`` to ``seq_b`` (0: before the first save)."""
-        args.stream_id("invocation_id", invocation_id)
-        args.seq("seq_a", seq_a)
-        args.seq("seq_b", seq_b)
-        return forensics.diff(self, invocation_id, seq_a, seq_b)
-
-    def replay(
-        self, invocation_id: str, *, from_seq: int = 1, to_seq: int | None = None
-    ) -> Iterator[forensics.ReplayStep]:
-        """Each record of ``invocation_id`` in order, with the changes its save made."""
-        return forensics.replay(self, invocation_id, from_seq=from_seq, to_seq=to_seq)
-
-    def scan(self, since_seq: int | None = None) -> Iterator[forensics.ScanEntry]:
-        """Every frame of every invocation after global seq ``since_seq``, in commit order."""
-        return forensics.scan(self, since_seq)
-
-    def export(
-        self,
-        invocation_id: str | None = None,
-        fmt: str = "jsonl",
-        *,
-        out: IO[bytes],
-        progress: Callable[[int, int], None] | None = None,
-    ) -> forensics.ExportSummary:
-        """Write the history of one invocation (or all) to ``out`` as JSON Lines."""
-        return forensics.export(self, invocation_id, fmt, out=out, progress=progress)
-
-    def compact(
-        self,
-        dest: str | os.PathLike[str],
-        *,
-        keep: str | None = None,
-        last_n: int | None = None,
-        since: float | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> forensics.CompactReport:
-        """Write a compacted copy of this log to a new log at ``dest`` (this one is only read):
-        ``keep="all"`` (default) or ``"heads"``, ``last_n=N`` saves, or saves ``since=T``."""
-        return forensics.compact(
-            self, dest, keep=keep, last_n=last_n, since=since, progress=progress
+    def __getattr__(self, name: str) -> Any:
+        if name not in CheckpointLog._MOVED:
+            raise AttributeError(f"'CheckpointLog' object has no attribute {name!r}")
+        warnings.warn(
+            f"CheckpointLog.{name}() is deprecated and goes in the next release: call "
+            f"eventlog.forensics.{name}(log, ...) instead (same arguments after the log)",
+            DeprecationWarning,
+            stacklevel=2,
         )
+        # Resolved by name at call time: the checkpoint log never imports the forensics that
+        # read it (forensics.open_readonly builds a CheckpointLog).
+        function = getattr(importlib.import_module("eventlog.forensics"), name)
+        return functools.partial(function, self)
 
     def stats(self) -> Stats:
         return self.log.stats()

@@ -37,6 +37,21 @@ from rich.style import Style as RichStyle
 from rich.table import Table
 from rich.text import Text
 
+from eventlog.read.text import escape
+
+__all__ = [
+    "Pager",
+    "ProgressBar",
+    "Style",
+    "colour_enabled",
+    "console_for",
+    "escape",
+    "is_terminal",
+    "pad",
+    "table",
+    "width",
+]
+
 TABLE_WIDTH: Final = 1 << 20  # piped tables: wide enough never to wrap
 
 
@@ -91,17 +106,6 @@ class Style:
 
     def dim(self, text: str) -> str:
         return self._wrap("dim", text)
-
-
-def escape(text: str) -> str:
-    """``text`` with every non-printable character as a Python escape (``\\x1b``, ``\\n``,
-    ``\\u2028``), so a terminal shows it instead of obeying it; a backslash is doubled only
-    when something else was escaped (plain names read as they are)."""
-    if text.isprintable():
-        return text
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
-    )
 
 
 def width(text: str) -> int:

@@ -19,6 +19,7 @@ import msgspec
 InstanceState = Literal["completed", "in_flight", "not_started"]
 SaveKind = Literal["save", "fan_out_internal", "fan_out_in_flight_failure"]
 SAVE_KINDS: tuple[SaveKind, ...] = ("save", "fan_out_internal", "fan_out_in_flight_failure")
+HISTORY_KINDS: tuple[str, ...] = (*SAVE_KINDS, "delete")  # what history(kinds=...) accepts
 
 
 class NodePosition(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -7,6 +7,11 @@ appends each frame. Four views are registered (:data:`REGISTRY`): the checkpoint
 techrevati (eventlog.integrations.apflow / techrevati_store, on the shared headed-event-store
 base eventlog.integrations.headed). None imports a framework.
 
+The read side asks the view that owns a stream what it is (:meth:`View.describe`) and walks
+its frames as rows (:meth:`View.steps`, eventlog.streams.Step), so the command line and the
+web viewer show a new kind of stream with no change outside the view's own module;
+:func:`register` adds a view (before the checkpoint view, which claims last).
+
 Generic operations iterate the registry instead of knowing each view: :func:`rebuild`
 (recreate every view's rows from the log alone), :func:`verify` (every view against the fold of
 its streams), and compaction (eventlog.forensics.compact: a stream a view other than the
@@ -23,7 +28,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.checkpoint_view import VIEW as CHECKPOINTS
@@ -33,7 +38,11 @@ from eventlog.integrations.langgraph_store import VIEW as LANGGRAPH
 from eventlog.integrations.techrevati_store import VIEW as TECHREVATI
 from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U64, U64X2
 from eventlog.log import EventLog, StoredFrame
-from eventlog.reports import Problem
+from eventlog.reports import Problem, VerifyReport
+from eventlog.streams import Step, StreamInfo
+
+if TYPE_CHECKING:
+    from eventlog.walker import Unreadable
 
 __all__ = [
     "APFLOW",
@@ -43,9 +52,13 @@ __all__ = [
     "TECHREVATI",
     "View",
     "claiming",
+    "describe",
     "present",
     "rebuild",
+    "register",
+    "unregister",
     "verify",
+    "verify_log",
 ]
 
 
@@ -80,21 +93,65 @@ class View(Protocol):
         """Every row of this view against the fold of its streams' frames; never repairs
         (``progress(done, total)``, when the view reports it)."""
 
+    def describe(self, stream: str) -> StreamInfo | None:
+        """What this view calls ``stream``, judged by its key alone (``None``: not a key this
+        view writes); the read side asks the view that claims the stream."""
 
-REGISTRY: Final[tuple[View, ...]] = (LANGGRAPH, APFLOW, TECHREVATI, CHECKPOINTS)
+    def steps(
+        self, log: EventLog, stream: str, *, diffs: bool = False
+    ) -> Iterator[Step | Unreadable]:
+        """Every frame of ``stream`` in seq order, each with the stream as of it; what cannot
+        be read is yielded as :class:`~eventlog.forensics.Unreadable`, never raised
+        (``diffs``: the checkpoint view also computes each frame's record diff)."""
 
 
-def claiming(stream: str, first: Any, views: Iterable[View] = REGISTRY) -> View | None:
+REGISTRY: Final[list[View]] = [LANGGRAPH, APFLOW, TECHREVATI, CHECKPOINTS]
+"""Every view, in the order they are asked to claim a stream (the checkpoint view last)."""
+
+
+def register(view: View) -> None:
+    """Add ``view`` to the registry, before the checkpoint view (a view with the same name is
+    replaced). Registration is process-wide: register at import time of the view's module."""
+    unregister(view.name)
+    REGISTRY.insert(REGISTRY.index(CHECKPOINTS), view)
+
+
+def unregister(name: str) -> None:
+    """Remove the view named ``name`` (the four built-in views stay)."""
+    builtin = {v.name for v in (LANGGRAPH, APFLOW, TECHREVATI, CHECKPOINTS)}
+    if name in builtin:
+        raise CheckpointError(f"the {name} view is built in and cannot be unregistered")
+    REGISTRY[:] = [v for v in REGISTRY if v.name != name]
+
+
+def describe(stream: str, first: Any, readable: bool = True) -> StreamInfo:
+    """The one rule for what a stream is: the view that claims it (judged by its key and
+    ``first`` frame) describes it; a stream whose first frame cannot be read goes to the
+    first view that knows its key; a readable stream no view claims holds ``events``."""
+    owner = claiming(stream, first) if readable else None
+    if owner is not None:
+        info = owner.describe(stream)
+        if info is not None:
+            return info
+    if not readable:
+        for view in REGISTRY:
+            info = view.describe(stream)
+            if info is not None:
+                return info
+    return StreamInfo(stream, "events", "events", stream, records=True)
+
+
+def claiming(stream: str, first: Any, views: Iterable[View] | None = None) -> View | None:
     """The view a stream belongs to (``None``: no view keeps rows for it)."""
-    for view in views:
+    for view in REGISTRY if views is None else views:
         if view.claims(stream, first):
             return view
     return None
 
 
-def present(log: EventLog, views: Iterable[View] = REGISTRY) -> list[View]:
+def present(log: EventLog, views: Iterable[View] | None = None) -> list[View]:
     """The views whose tables the log holds (opened on its backend; nothing is created)."""
-    return [view for view in views if _holds(log, view.tables)]
+    return [view for view in (REGISTRY if views is None else views) if _holds(log, view.tables)]
 
 
 def _holds(log: EventLog, tables: tuple[str, ...]) -> bool:
@@ -194,3 +251,22 @@ def verify(
                 )
             )
     return problems
+
+
+def verify_log(
+    log: EventLog,
+    progress: Callable[[int, int], None] | None = None,
+    rows_progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """The log's core checks (checksums, chains, seqs, index; ``progress``) plus every present
+    view's rows against the fold of its streams (``rows_progress``): ``CheckpointLog.verify``
+    and ``forensics.verify``."""
+    try:
+        report = log.verify(progress)
+    except Exception as e:  # noqa: BLE001 - a damaged B-tree raises the backend's own errors
+        report = VerifyReport()
+        report.problems.append(
+            Problem("storage", f"the log's pages cannot be walked ({type(e).__name__}: {e})")
+        )
+    report.problems.extend(verify(log, progress=rows_progress))
+    return report

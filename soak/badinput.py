@@ -27,6 +27,7 @@ from eventlog import (
     FanOutInstanceProgress,
     FanOutProgress,
     NodePosition,
+    forensics,
 )
 from eventlog.checkpoints import Checkpointer, CheckpointLog
 from eventlog.errors import CheckpointError
@@ -146,8 +147,8 @@ def run(seed_: int, n: int, work: Path, tally: Tally) -> None:  # noqa: PLR0915 
         call("history(kinds)", lambda: log.history("inv-0", kinds=b))
         call("record_at", lambda: log.record_at("inv-0", a))
         call("record_at(inv)", lambda: log.record_at(a, 1))
-        call("record_as_of", lambda: log.record_as_of("inv-0", a))
-        call("diff", lambda: log.diff("inv-0", a, b))
+        call("record_as_of", lambda: forensics.record_as_of(log, "inv-0", a))
+        call("diff", lambda: forensics.diff(log, "inv-0", a, b))
         call("list", lambda: log.list(a))
         call("list(filter)", lambda: log.list(CheckpointFilter(correlation_id=a)))
         call("pending_instances", lambda: log.pending_instances("inv-0", a))

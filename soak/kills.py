@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from eventlog import forensics
 from eventlog.checkpoints import CheckpointLog
 from soak.common import Child, Tally
 from soak.workers import FAN_SIZE, RUN, fan_out, rec
@@ -212,7 +213,9 @@ def _check_compact(log: _Log, new: list[dict[str, Any]], tally: Tally) -> None:
                 )
         else:
             tally.add("compact:dest_absent")
-            src.compact(dest)  # the job resumes: the same compaction, run again, completes
+            forensics.compact(
+                src, dest
+            )  # the job resumes: the same compaction, run again, completes
             with CheckpointLog.open(dest, readonly=True) as out:
                 if {s.invocation_id: out.load(s.invocation_id) for s in out.list()} != heads:
                     tally.fail("compact: the compaction run after a kill is not the source's")

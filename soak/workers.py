@@ -21,6 +21,7 @@ from eventlog import (
     FanOutInternalSaveBatching,
     FanOutProgress,
     NodePosition,
+    forensics,
 )
 from eventlog.checkpoints import Checkpointer, CheckpointLog
 
@@ -96,7 +97,7 @@ def async_saves(path: str, wid: str) -> None:
 
 def compact(path: str, dest: str) -> None:
     with CheckpointLog.open(path, readonly=True) as log:
-        log.compact(dest)
+        forensics.compact(log, dest)
     ack(compacted=dest)
 
 

@@ -133,7 +133,7 @@ def test_compaction_keeps_heads_and_the_chosen_history(
                 else:
                     save_kind(src, kind, r)
         src.flush()
-        src.compact(dest_path, **_kwargs(pol))
+        forensics.compact(src, dest_path, **_kwargs(pol))
         with CheckpointLog.open(dest_path, readonly=True) as dest:
             assert_compacted(src, dest, pol)
     shutil.rmtree(src_path)
@@ -171,7 +171,7 @@ def test_source_is_never_modified_and_dest_verifies(
     before = digest(source)
     dest = tmp_path / "dest"
     with CheckpointLog.open(source, readonly=True) as src:
-        report = src.compact(dest, **kw)
+        report = forensics.compact(src, dest, **kw)
         with CheckpointLog.open(dest, readonly=True) as out:
             assert_compacted(src, out, forensics.policy(**kw))
             assert [sf.frame for sf in out.log.read_stream("events")] == [
@@ -187,7 +187,7 @@ def test_source_is_never_modified_and_dest_verifies(
 def test_first_frame_records_what_it_replaces(source: Path, tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     with CheckpointLog.open(source, readonly=True) as src:
-        src.compact(dest, last_n=2)
+        forensics.compact(src, dest, last_n=2)
         orig = checksums(src, "b")
     with CheckpointLog.open(dest, readonly=True) as out:
         first = out.log.read_frame("b", 1)
@@ -202,7 +202,7 @@ def test_first_frame_records_what_it_replaces(source: Path, tmp_path: Path) -> N
 def test_compacted_log_takes_new_saves(source: Path, tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     with CheckpointLog.open(source, readonly=True) as src:
-        src.compact(dest, keep="heads")
+        forensics.compact(src, dest, keep="heads")
     with CheckpointLog.open(dest) as out:
         nxt = rec("b", 100)
         out.save("b", nxt)
@@ -219,15 +219,15 @@ def test_refusals(source: Path, tmp_path: Path) -> None:
     (busy / "x").write_text("mine")
     with CheckpointLog.open(source, readonly=True) as src:
         with pytest.raises(forensics.CompactionError, match=r"DEST .* exists and is not empty"):
-            src.compact(busy)
+            forensics.compact(src, busy)
         with pytest.raises(forensics.CompactionError, match=r"DEST is the source log"):
-            src.compact(source)
+            forensics.compact(src, source)
         with pytest.raises(forensics.CompactionError, match=r"one of keep=, last_n= or since="):
-            src.compact(tmp_path / "d1", keep="heads", last_n=2)
+            forensics.compact(src, tmp_path / "d1", keep="heads", last_n=2)
         with pytest.raises(forensics.CompactionError, match=r"last_n must be an int >= 1"):
-            src.compact(tmp_path / "d2", last_n=0)
+            forensics.compact(src, tmp_path / "d2", last_n=0)
         with pytest.raises(forensics.CompactionError, match=r'keep must be "all" or "heads"'):
-            src.compact(tmp_path / "d3", keep="everything")
+            forensics.compact(src, tmp_path / "d3", keep="everything")
     assert (busy / "x").read_text() == "mine"
     assert not (tmp_path / "d1").exists()
 
@@ -239,16 +239,16 @@ def test_damaged_source_is_refused_and_dest_removed(source: Path, tmp_path: Path
         CheckpointLog.open(source, readonly=True) as src,
         pytest.raises(forensics.SourceDamaged, match=r"source log is damaged at log #\d+"),
     ):
-        src.compact(dest)
+        forensics.compact(src, dest)
     assert not dest.exists()
 
 
 def test_compacting_a_compacted_log(source: Path, tmp_path: Path) -> None:
     once, twice = tmp_path / "once", tmp_path / "twice"
     with CheckpointLog.open(source, readonly=True) as src:
-        src.compact(once, last_n=4)
+        forensics.compact(src, once, last_n=4)
         with CheckpointLog.open(once, readonly=True) as mid:
-            mid.compact(twice, last_n=2)
+            forensics.compact(mid, twice, last_n=2)
             with CheckpointLog.open(twice, readonly=True) as out:
                 assert out.verify().ok
                 assert out.list() == src.list()
@@ -276,7 +276,7 @@ def test_frames_no_view_claims_are_refused(source: Path, tmp_path: Path) -> None
             match=r"stream 'lg:thread' holds lg_remove frames, which no registered view",
         ),
     ):
-        src.compact(dest)
+        forensics.compact(src, dest)
     assert not dest.exists()
     with CheckpointLog.open(source, readonly=True) as src:
         steps = list(forensics.walk(src.log, "lg:thread"))
@@ -294,7 +294,7 @@ def test_an_event_after_the_last_save_keeps_the_invocation(tmp_path: Path, keep:
         for step in range(3):
             src.save("a", rec("a", step))
         src.log.append("a", Event(name="note", data=[1], at=T0 + 9))
-        src.compact(tmp_path / "dest", keep=keep)
+        forensics.compact(src, tmp_path / "dest", keep=keep)
         with CheckpointLog.open(tmp_path / "dest") as dest:
             assert dest.load("a") == src.load("a")
             frames = [sf.frame for sf in dest.log.read_stream("a")]

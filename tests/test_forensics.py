@@ -41,7 +41,7 @@ from eventlog.records import (
     FanOutProgress,
     NodePosition,
 )
-from eventlog.testing import save_kind
+from eventlog.testing import make_record, save_kind
 from projections.history import diff_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,16 +121,16 @@ def test_history_filters(mem: Any) -> None:
 
 def test_record_as_of_and_record_at(mem: Any) -> None:
     cl, saved = mem
-    assert cl.record_as_of("a", T0 - 1) is None
+    assert forensics.record_as_of(cl, "a", T0 - 1) is None
     for step, r in enumerate(saved["a"]):
-        assert cl.record_as_of("a", T0 + step) == r
-        assert cl.record_as_of("a", T0 + step + 0.5) == r
-    assert cl.record_as_of("b", T0 + 2.5) == saved["b"][2]
+        assert forensics.record_as_of(cl, "a", T0 + step) == r
+        assert forensics.record_as_of(cl, "a", T0 + step + 0.5) == r
+    assert forensics.record_as_of(cl, "b", T0 + 2.5) == saved["b"][2]
 
 
 def test_diff_is_structured(mem: Any) -> None:
     cl, saved = mem
-    d = cl.diff("a", 1, 6)
+    d = forensics.diff(cl, "a", 1, 6)
     assert d == diff_records(saved["a"][0], saved["a"][5])
     assert [p.node_name for p in d.positions_added] == ["node1", "node2"]
     assert [(c.path, c.op, c.old, c.new) for c in d.state] == [
@@ -144,12 +144,12 @@ def test_diff_is_structured(mem: Any) -> None:
         (3, "not_started", "completed", 40),
     ]
     assert [i.result_is_error for i in d.instances] == [False, False, True, False]
-    assert cl.diff("a", 3, 3).empty
-    created = cl.diff("a", 0, 1)
+    assert forensics.diff(cl, "a", 3, 3).empty
+    created = forensics.diff(cl, "a", 0, 1)
     assert (created.existed_before, created.exists_after) == (False, True)
-    corr = cl.diff("b", 2, 3)
+    corr = forensics.diff(cl, "b", 2, 3)
     assert [(c.path, c.old, c.new) for c in corr.fields] == [("correlation_id", "corr", "other")]
-    gone = cl.diff("b", 3, 4)
+    gone = forensics.diff(cl, "b", 3, 4)
     assert (gone.existed_before, gone.exists_after) == (True, False)
 
 
@@ -158,11 +158,11 @@ def test_diff_errors_say_what_is_valid(mem: Any) -> None:
     with pytest.raises(
         forensics.InvalidArgument, match=r"seq 7 is outside 'a', whose seqs run 1\.\.6"
     ):
-        cl.diff("a", 1, 7)
+        forensics.diff(cl, "a", 1, 7)
     with pytest.raises(
         forensics.NoSuchInvocation, match=r"no invocation 'zz' in the log .*ls PATH"
     ):
-        cl.diff("zz", 0, 1)
+        forensics.diff(cl, "zz", 0, 1)
 
 
 def test_diff_values_paths_and_types() -> None:
@@ -192,7 +192,7 @@ def test_replay_diffs_equal_record_diffs(data: st.DataObject) -> None:
         if not cl.log.last_seq("inv"):
             return  # only deletes of an unknown id: nothing was written
         records = [e.record for e in cl.history("inv")]
-        steps = list(cl.replay("inv"))
+        steps = list(forensics.replay(cl, "inv"))
         assert [s.record for s in steps] == records
         before = None
         for step in steps:
@@ -223,7 +223,7 @@ def test_a_batch_frame_replays_as_one_step_with_each_change_timed() -> None:
         frame = next(iter(batch)).frame
         assert len(frame.instance_saved_at) == 3
         first, last = cl.record_at("i", 1), cl.record_at("i", 2)
-        steps = list(cl.replay("i"))
+        steps = list(forensics.replay(cl, "i"))
         assert [s.seq for s in steps] == [1, 2]
         step = steps[1]
         assert step.changes == diff_records(first, last)
@@ -256,7 +256,7 @@ def test_replay_from_a_snapshot_diffs_against_the_record_before_it() -> None:
                  s.frame_type == "snapshot" and s.seq > 1]  # fmt: skip
         assert snaps
         for seq in snaps:
-            step = next(cl.replay("i", from_seq=seq, to_seq=seq))
+            step = next(forensics.replay(cl, "i", from_seq=seq, to_seq=seq))
             assert step.changes == diff_records(cl.record_at("i", seq - 1), cl.record_at("i", seq))
             assert [d.index for d in step.changes.instances] == [seq - 2]
     finally:
@@ -265,10 +265,10 @@ def test_replay_from_a_snapshot_diffs_against_the_record_before_it() -> None:
 
 def test_replay_range_and_scan(mem: Any) -> None:
     cl, saved = mem
-    steps = list(cl.replay("a", from_seq=4, to_seq=5))
+    steps = list(forensics.replay(cl, "a", from_seq=4, to_seq=5))
     assert [s.seq for s in steps] == [4, 5]
     assert [s.record for s in steps] == saved["a"][3:5]
-    entries = list(cl.scan())
+    entries = list(forensics.scan(cl))
     assert [e.global_seq for e in entries] == list(range(1, len(entries) + 1))
     assert {e.invocation_id for e in entries} == {"a", "b", "events"}
     assert [e.kind for e in entries if e.invocation_id == "b"] == [
@@ -276,13 +276,14 @@ def test_replay_range_and_scan(mem: Any) -> None:
     ]  # fmt: skip
     assert entries[0].frame == "snapshot"
     assert entries[-1].kind == "event"
-    assert [e.global_seq for e in cl.scan(since_seq=5)] == [e.global_seq for e in entries[5:]]
+    later = [e.global_seq for e in forensics.scan(cl, since_seq=5)]
+    assert later == [e.global_seq for e in entries[5:]]
 
 
 def test_export_formats(mem: Any) -> None:
     cl, saved = mem
     buf = io.BytesIO()
-    summary = cl.export(None, out=buf)
+    summary = forensics.export(cl, None, out=buf)
     lines = [json.loads(line) for line in buf.getvalue().splitlines()]
     assert summary.lines == len(lines) == 6 + 5 + 1
     a = [x for x in lines if x["invocation_id"] == "a"]
@@ -295,14 +296,14 @@ def test_export_formats(mem: Any) -> None:
     assert [x["kind"] for x in lines if x["invocation_id"] == "b"][3] == "delete"
     assert lines[-1]["content"] == {"type": "event", "name": "started", "data": {"n": 1}, "at": T0}
     frames = io.BytesIO()
-    cl.export("a", "jsonl-frames", out=frames)
+    forensics.export(cl, "a", "jsonl-frames", out=frames)
     content = [json.loads(line)["content"] for line in frames.getvalue().splitlines()]
     assert content[0]["type"] == "snapshot"
     assert {c["type"] for c in content[1:]} <= {"delta", "snapshot"}
     with pytest.raises(forensics.InvalidArgument, match=r"export format 'csv' is unknown"):
-        cl.export("a", "csv", out=io.BytesIO())
+        forensics.export(cl, "a", "csv", out=io.BytesIO())
     with pytest.raises(forensics.NoSuchInvocation, match=r"no invocation 'nope'"):
-        cl.export("nope", out=io.BytesIO())
+        forensics.export(cl, "nope", out=io.BytesIO())
 
 
 def test_stats_and_invocations(mem: Any) -> None:
@@ -555,3 +556,19 @@ def test_readonly_reads_while_another_process_writes(tmp_path: Path) -> None:
     assert commits_between(out, t0, t1) >= 2, "the writer made no progress during the reads"
     with CheckpointLog.open(path, readonly=True) as ro:
         assert ro.verify().ok
+
+
+def test_the_forensic_methods_of_checkpoint_log_are_deprecated(tmp_path: Path) -> None:
+    """Issue 23: CheckpointLog's forensic pass-throughs moved to eventlog.forensics; the old
+    names keep working for one release, with a DeprecationWarning naming the new call."""
+    with CheckpointLog.open(tmp_path / "log", durability="process") as cl:
+        cl.save("a", make_record("a", state={"n": 1}))
+        cl.save("a", make_record("a", state={"n": 2}))
+        with pytest.warns(DeprecationWarning, match=r"call eventlog\.forensics\.diff\(log"):
+            old = cl.diff("a", 1, 2)
+        assert old == forensics.diff(cl, "a", 1, 2)
+        for name in ("record_as_of", "replay", "scan", "export", "compact"):
+            with pytest.warns(DeprecationWarning, match=f"CheckpointLog.{name}"):
+                getattr(cl, name)
+        with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+            cl.nonesuch  # the attribute lookup is the test

@@ -8,6 +8,11 @@ Importing ``a.b.c`` also runs ``a`` and ``a.b`` (their ``__init__``), so those a
 except from modules inside ``a.b`` (their packages are initialized first). Leaf modules are
 checked to import no composition module. On the code before issue 13 it finds
 ``eventlog.checkpoints -> eventlog.forensics -> eventlog.checkpoints``.
+
+The application (the ``ckptlog`` command line, eventlog.cli, and the web viewer,
+eventlog.viewer) sits on the read layer (eventlog.read) and is part of the graph like any other
+module: no cycle, no waiver (issue 23). ``read`` imports neither face, the viewer does not
+import the command line, and no library module imports either.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("eventlog", "projections", "backends")
-# The application: the command line and its web server register and call each other (cli
-# registers `serve`; serve renders diffs with cli's text functions), so they form one node of the
-# graph; no library module may import either.
-APPLICATION = frozenset(("eventlog.cli", "eventlog.serve"))
+# The application: the two faces of the read layer, and the old module name of the viewer.
+CLI = "eventlog.cli"
+VIEWER = "eventlog.viewer"
+APPLICATION_PACKAGES = (CLI, VIEWER, "eventlog.serve")
 LEAVES = (
     "eventlog.errors",
     "eventlog.records",
@@ -28,12 +35,21 @@ LEAVES = (
     "eventlog.codec",
     "eventlog.layout",
     "eventlog.reports",
+    "eventlog.streams",
 )
 
 
-def modules() -> dict[str, Path]:
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def is_application(name: str) -> bool:
+    return any(within(name, p) for p in APPLICATION_PACKAGES)
+
+
+def modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     out = {}
-    for package in PACKAGES:
+    for package in packages:
         for path in (ROOT / package).rglob("*.py"):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -75,8 +91,8 @@ def _with_parents(name: str, known: dict[str, Path]) -> set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & set(known)
 
 
-def graph() -> dict[str, set[str]]:
-    known = modules()
+def graph(packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    known = modules(packages)
     edges: dict[str, set[str]] = {}
     for name, path in known.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -125,29 +141,60 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def _collapse_application(edges: dict[str, set[str]]) -> dict[str, set[str]]:
-    def node(name: str) -> str:
-        return "<application>" if name in APPLICATION else name
-
-    out: dict[str, set[str]] = {}
-    for name, targets in edges.items():
-        out.setdefault(node(name), set()).update(node(t) for t in targets)
-    for name, targets in out.items():
-        targets.discard(name)
-    return out
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
 
 
 def test_no_import_cycle() -> None:
-    edges = _collapse_application(graph())
+    edges = graph()
     assert "eventlog.forensics.queries" in edges  # the walk sees the packages
+    assert "eventlog.cli.commands.show" in edges
+    assert "eventlog.viewer.api" in edges
+    cycle = find_cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_in_the_tools() -> None:
+    """The benchmarks and the soak harness too (issue 23: benchmarks.peers.langgraph and
+    benchmarks.peers.user imported each other)."""
+    edges = graph((*PACKAGES, "benchmarks", "soak"))
+    assert "benchmarks.peers.user_store" in edges
     cycle = find_cycle(edges)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_no_library_module_imports_the_application() -> None:
     for name, targets in graph().items():
-        if name not in APPLICATION:
-            assert not targets & APPLICATION, (name, sorted(targets & APPLICATION))
+        if not is_application(name):
+            wrong = sorted(t for t in targets if is_application(t))
+            assert not wrong, (name, wrong)
+
+
+def test_read_never_imports_cli_or_viewer() -> None:
+    """The query layer returns data; the command line and the viewer are its two faces, and
+    the viewer knows nothing of the command line."""
+    edges = graph()
+    for name in edges:
+        if within(name, "eventlog.read"):
+            below = reachable(edges, name)
+            assert not [m for m in below if is_application(m)], name
+        if within(name, VIEWER):
+            assert not [m for m in reachable(edges, name) if within(m, CLI)], name
+
+
+def test_the_checkpoint_log_imports_no_forensics() -> None:
+    """CheckpointLog has no forensic pass-throughs: it reaches no module of forensics, whose
+    opening builds a CheckpointLog (issue 23)."""
+    below = reachable(graph(), "eventlog.checkpoints")
+    assert not [m for m in below if within(m, "eventlog.forensics")]
+    assert not [m for m in below if within(m, "eventlog.read")]
 
 
 def test_the_cycle_finder_finds_one() -> None:
@@ -162,21 +209,37 @@ def test_leaf_modules_import_only_leaves() -> None:
         assert edges[leaf] <= allowed, (leaf, sorted(edges[leaf] - allowed))
 
 
-def test_result_types_and_every_exception_come_from_eventlog() -> None:
-    import eventlog  # noqa: PLC0415
-    from eventlog import errors  # noqa: PLC0415
+def test_a_small_surface_and_every_exception_in_errors() -> None:
+    """Issue 23: ``eventlog`` exports what a user imports (the log, checkpointers, record and
+    report types, the root error); every error class is defined in eventlog.errors and
+    importable from there; the names ``eventlog`` exported before still resolve, to the same
+    object, with a DeprecationWarning, for one release."""
+    import warnings  # noqa: PLC0415
 
-    for name in ("VerifyReport", "Problem", "Stats", "RecordDiff", "ReplayStep", "CompactReport"):
-        assert isinstance(getattr(eventlog, name), type), name
+    import eventlog  # noqa: PLC0415
+    from eventlog import errors, forensics  # noqa: PLC0415
+
+    assert len(eventlog.__all__) <= 20, eventlog.__all__
+    for name in eventlog.__all__:
+        assert getattr(eventlog, name) is not None, name
+    assert eventlog.CheckpointError is errors.CheckpointError
     defined = {
         n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)
     }
-    assert defined <= set(eventlog.__all__), sorted(defined - set(eventlog.__all__))
-    for name in defined:
-        assert getattr(eventlog, name) is getattr(errors, name)
+    missing = defined - {"CheckpointError"} - set(eventlog.MOVED)
+    assert not missing, sorted(missing)
+    for name, module in eventlog.MOVED.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            old = getattr(eventlog, name)
+        assert [w.category for w in caught] == [DeprecationWarning], name
+        assert f"from {module} import {name}" in str(caught[0].message)
+        assert old is getattr(errors if module == "eventlog.errors" else forensics, name)
+    with pytest.raises(AttributeError):
+        eventlog.NoSuchName
     elsewhere = []
     for module, path in modules().items():
-        if module == "eventlog.errors" or module in APPLICATION:
+        if module == "eventlog.errors" or is_application(module):
             continue  # the application's own errors (exit status, HTTP status) are not the API
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):

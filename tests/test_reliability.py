@@ -30,6 +30,7 @@ from eventlog import (
     FanOutInternalSaveBatching,
     FanOutProgress,
     NodePosition,
+    forensics,
 )
 from eventlog.checkpoints import Checkpointer, CheckpointLog
 from eventlog.errors import (
@@ -341,9 +342,10 @@ def test_a_file_short_only_by_unused_pages_opens(tmp_path: Path) -> None:
 COMPACT = """
 import sys
 import time
+from eventlog import forensics
 from eventlog.checkpoints import CheckpointLog
 with CheckpointLog.open(sys.argv[1], readonly=True) as log:
-    log.compact(sys.argv[2])
+    forensics.compact(log, sys.argv[2])
 """
 
 
@@ -365,7 +367,7 @@ def test_a_killed_compaction_leaves_no_dest_and_runs_again(tmp_path: Path) -> No
     assert proc.wait() == -9, "the compaction finished before it could be killed"
     assert not dest.exists()
     with CheckpointLog.open(src, readonly=True) as log:
-        log.compact(dest)
+        forensics.compact(log, dest)
     with CheckpointLog.open(dest, readonly=True) as out:
         assert {s.invocation_id: out.load(s.invocation_id) for s in out.list()} == heads
         assert out.verify().ok
@@ -384,8 +386,8 @@ READS = [
     ("record_at", lambda log: log.record_at("inv", None)),
     ("record_at huge", lambda log: log.record_at("inv", 2**64)),
     ("record_at id", lambda log: log.record_at({"a": 1}, 1)),
-    ("record_as_of", lambda log: log.record_as_of("inv", "now")),
-    ("diff", lambda log: log.diff("inv", "1", 2)),
+    ("record_as_of", lambda log: forensics.record_as_of(log, "inv", "now")),
+    ("diff", lambda log: forensics.diff(log, "inv", "1", 2)),
     ("list", lambda log: log.list("corr")),
     ("list filter", lambda log: log.list(CheckpointFilter(correlation_id={"a": 1}))),
     ("pending_instances", lambda log: log.pending_instances("inv", None)),

@@ -28,9 +28,8 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 
 from backends.memory import MemoryBackend
-from eventlog import InvalidRecord
 from eventlog.checkpoints import Checkpointer, CheckpointLog
-from eventlog.errors import CheckpointError, DamagedRowSkipped
+from eventlog.errors import CheckpointError, DamagedRowSkipped, InvalidRecord
 from eventlog.frames import Save
 from eventlog.integrations.apflow import LogCheckpointManager
 from eventlog.integrations.langgraph import LmdbSaver

@@ -29,7 +29,7 @@ from benchmarks.peers.base import (
     SyncPeer,
     sqlite_durability,
 )
-from benchmarks.peers.user import UserStore, aclose_store
+from benchmarks.peers.user_store import UserStore, aclose_store
 
 NS = ""
 MAP_SIZE = 1 << 36  # LMDB reserves address space only; py-lmdb's 10 MiB default fills at once

@@ -25,9 +25,8 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from benchmarks.peers.base import (
     Durability,
@@ -38,23 +37,13 @@ from benchmarks.peers.base import (
     SaveOp,
     record_types,
 )
+from benchmarks.peers.user_store import Kind, UserStore, aclose_store
 
-Kind = Literal["openarmature", "langgraph"]
 KINDS: tuple[str, ...] = ("fsync", "process", "none")
 OA_METHODS = ("save", "load", "list", "delete")
 LG_METHODS = ("put", "put_writes", "get_tuple", "list")
 OPTIONAL_METHODS = ("save_fan_out_internal", "save_instance", "flush")
 INSTANCE_NODE = "process_items"
-
-
-@dataclass(frozen=True)
-class UserStore:
-    spec: str  # "package.module:factory"
-    factory: Callable[[Path], Any]
-    kind: Kind
-    durability: Durability
-    package: str
-    methods: frozenset[str]  # which of OPTIONAL_METHODS the store has
 
 
 def load_factory(spec: str) -> Callable[[Path], Any]:
@@ -93,17 +82,6 @@ def detect(store: Any) -> Kind | None:
     if all(callable(getattr(store, m, None)) for m in LG_METHODS):
         return "langgraph"
     return None
-
-
-async def aclose_store(store: Any) -> None:
-    """Call the store's ``aclose()`` or ``close()`` if it has one (awaiting a coroutine)."""
-    for name in ("aclose", "close"):
-        fn = getattr(store, name, None)
-        if callable(fn):
-            result = fn()
-            if inspect.isawaitable(result):
-                await result
-            return
 
 
 def _durability(spec: str, factory: Any, store: Any) -> Durability:

@@ -4,8 +4,8 @@ extended verify, stats and retention by compaction into a new log.
 One module per responsibility; every name stays importable from here
 (``from eventlog import forensics; forensics.<name>``):
 
-- :mod:`~eventlog.forensics.walker`: reading what is readable (strict and tolerant readers,
-  the walk folding frames into records);
+- :mod:`eventlog.walker` (a layer below, since the views read through it too): reading what
+  is readable (strict and tolerant readers, the walk folding frames into records);
 - :mod:`~eventlog.forensics.queries`: history filters, points in time, diffs, replay, scan;
 - :mod:`~eventlog.forensics.export`: JSON Lines export;
 - :mod:`~eventlog.forensics.rows`: ``verify``, the core checks plus every view's rows;
@@ -16,10 +16,9 @@ One module per responsibility; every name stays importable from here
 - :mod:`~eventlog.forensics.progress`: the terminal progress bar.
 
 Everything reads through :class:`~eventlog.forensics.common.Records` (what a
-:class:`~eventlog.checkpoints.CheckpointLog` offers), so CheckpointLog's forensic methods call
-these modules and none of them imports CheckpointLog; ``opening`` alone builds one, and is
-loaded on first use of :func:`open_readonly` / :class:`Opened` (PEP 562), keeping the imports
-acyclic.
+:class:`~eventlog.checkpoints.CheckpointLog` offers); none of these modules imports
+CheckpointLog, and CheckpointLog imports none of them. ``opening`` alone builds one, and is
+loaded on first use of :func:`open_readonly` / :class:`Opened` (PEP 562).
 
 Invariants:
 - Nothing here writes to the log it reads. :func:`compact` writes only to DEST, a new log; the
@@ -66,7 +65,6 @@ from eventlog.forensics.export import (
     export,
     frame_content,
     json_safe,
-    plain,
     record_content,
 )
 from eventlog.forensics.progress import ProgressBar, isatty
@@ -87,7 +85,8 @@ from eventlog.forensics.queries import (
 )
 from eventlog.forensics.rows import verify, verify_materialized
 from eventlog.forensics.stats import Invocation, LogStats, StreamSize, invocations, stats
-from eventlog.forensics.walker import (
+from eventlog.streams import plain
+from eventlog.walker import (
     RECORD_FRAMES,
     Step,
     Unreadable,
@@ -98,6 +97,7 @@ from eventlog.forensics.walker import (
     read_frames,
     walk,
 )
+from projections.history import RecordDiff
 
 if TYPE_CHECKING:
     from eventlog.forensics.opening import Opened, Prober, open_readonly, signal_name
@@ -143,6 +143,7 @@ __all__ = [
     "Progress",
     "ProgressBar",
     "Provenance",
+    "RecordDiff",
     "Records",
     "ReplayStep",
     "ScanEntry",

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import msgspec
 
 from eventlog.materialized import HeadRow
+from eventlog.records import HISTORY_KINDS as _HISTORY_KINDS
 from eventlog.records import (
-    SAVE_KINDS,
     CheckpointFilter,
     CheckpointRecord,
     CheckpointSummary,
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]
 """``progress(done, total)``: called every few thousand frames, and once at the end."""
 
-HISTORY_KINDS: Final = (*SAVE_KINDS, "delete")
+HISTORY_KINDS: Final = _HISTORY_KINDS
 EXPORT_FORMATS: Final = ("jsonl", "jsonl-frames")
 PROGRESS_EVERY_FRAMES: Final = 4096
 

@@ -25,10 +25,6 @@ from eventlog.forensics.common import (
     Progress,
     Records,
 )
-from eventlog.forensics.walker import (
-    frame_kind,
-    frame_saved_at,
-)
 from eventlog.frames import (
     CHECKPOINT_FRAMES,
     Compacted,
@@ -45,6 +41,10 @@ from eventlog.materialized import (
     read_row,
     write_save,
     write_snapshot_mark,
+)
+from eventlog.walker import (
+    frame_kind,
+    frame_saved_at,
 )
 from projections.records import Head, apply_inplace, snapshot
 

@@ -17,17 +17,18 @@ from eventlog.forensics.common import (
     _decode_any,
 )
 from eventlog.forensics.queries import last_seq
-from eventlog.forensics.walker import (
-    Step,
-    Unreadable,
-    frame_type,
-    walk,
-)
 from eventlog.frames import (
     Compacted,
 )
 from eventlog.records import (
     CheckpointRecord,
+)
+from eventlog.streams import plain
+from eventlog.walker import (
+    Step,
+    Unreadable,
+    frame_type,
+    walk,
 )
 
 # -- export ------------------------------------------------------------------------------------
@@ -68,18 +69,6 @@ class JsonLines:
             return self._enc.encode(obj) + b"\n"
         except (TypeError, ValueError):
             return self._enc.encode(json_safe(obj)) + b"\n"
-
-
-def plain(value: Any) -> Any:
-    """Structs (array-like ones included) as dicts keyed by field name, tuples as lists:
-    what a JSON reader expects. Leaves states (already plain data) alone."""
-    if isinstance(value, msgspec.Struct):
-        return {name: plain(getattr(value, name)) for name in value.__struct_fields__}
-    if isinstance(value, (tuple, list)):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    return value
 
 
 class _JPosition(msgspec.Struct):

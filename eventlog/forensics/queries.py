@@ -7,20 +7,13 @@ from typing import Any
 
 import msgspec
 
+from eventlog import arguments as args
 from eventlog.errors import (
     InvalidArgument,
     NoSuchInvocation,
 )
 from eventlog.forensics.common import (
-    HISTORY_KINDS,
     Records,
-)
-from eventlog.forensics.walker import (
-    Step,
-    frame_kind,
-    frame_saved_at,
-    frame_type,
-    walk,
 )
 from eventlog.frames import (
     Save,
@@ -31,23 +24,19 @@ from eventlog.records import (
     CheckpointRecord,
     HistoryEntry,
 )
+from eventlog.walker import (
+    Step,
+    frame_kind,
+    frame_saved_at,
+    frame_type,
+    walk,
+)
 from projections.history import RecordDiff, diff_records
 
 # -- the Python API: history, points in time, diffs, replay, scan ------------------------------
 
 
-def check_kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
-    if kinds is None:
-        return None
-    if isinstance(kinds, str):
-        kinds = [kinds]
-    chosen = frozenset(kinds)
-    unknown = sorted(chosen - set(HISTORY_KINDS))
-    if unknown:
-        raise InvalidArgument(
-            f"unknown history kind(s) {unknown}; expected any of {list(HISTORY_KINDS)}"
-        )
-    return chosen
+check_kinds = args.history_kinds  # (CheckpointLog.history checks its kinds the same way)
 
 
 def in_window(saved_at: float, since: float | None, until: float | None) -> bool:
@@ -99,6 +88,8 @@ def seq_as_of(cl: Records, invocation_id: str, timestamp: float) -> int:
 def record_as_of(cl: Records, invocation_id: str, timestamp: float) -> CheckpointRecord | None:
     """The record as it stood at ``timestamp``: after the newest save (in commit order)
     stamped at or before it; ``None`` when nothing was saved by then or it was deleted."""
+    args.stream_id("invocation_id", invocation_id)
+    args.timestamp("timestamp", timestamp)
     seq = seq_as_of(cl, invocation_id, timestamp)
     return cl.record_at(invocation_id, seq) if seq else None
 
@@ -116,6 +107,9 @@ def check_seq(cl: Records, invocation_id: str, seq: int) -> int:
 
 def diff(cl: Records, invocation_id: str, seq_a: int, seq_b: int) -> RecordDiff:
     """What changed in ``invocation_id`` from stream seq ``seq_a`` to ``seq_b``."""
+    args.stream_id("invocation_id", invocation_id)
+    args.seq("seq_a", seq_a)
+    args.seq("seq_b", seq_b)
     check_seq(cl, invocation_id, seq_a)
     check_seq(cl, invocation_id, seq_b)
     a = cl.record_at(invocation_id, seq_a) if seq_a else None

@@ -20,15 +20,7 @@ def verify(
 ) -> VerifyReport:
     """The core checks (checksums, chains, seqs, index; ``progress``) plus every materialized
     row against the fold of its stream (``rows_progress``)."""
-    try:
-        report = cl.log.verify(progress)
-    except Exception as e:  # noqa: BLE001 - a damaged B-tree raises the backend's own errors
-        report = VerifyReport()
-        report.problems.append(
-            Problem("storage", f"the log's pages cannot be walked ({type(e).__name__}: {e})")
-        )
-    report.problems.extend(views.verify(cl.log, progress=rows_progress))
-    return report
+    return views.verify_log(cl.log, progress, rows_progress)
 
 
 def verify_materialized(cl: Records, progress: Progress | None = None) -> list[Problem]:

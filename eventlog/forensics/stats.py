@@ -17,15 +17,15 @@ from eventlog.forensics.common import (
     Records,
     _dec_row,
 )
-from eventlog.forensics.walker import (
-    frame_kind,
-    frame_saved_at,
-)
 from eventlog.layout import LOG, META, STREAM_NAMES, STREAMS, U64, U64X2
 from eventlog.log import EventLog
 from eventlog.materialized import head_rows, instance_progress, read_row, snapshot_marks
 from eventlog.records import (
     CheckpointFilter,
+)
+from eventlog.walker import (
+    frame_kind,
+    frame_saved_at,
 )
 
 # -- stats -------------------------------------------------------------------------------------

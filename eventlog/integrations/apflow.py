@@ -56,6 +56,12 @@ from eventlog.integrations.headed import HeadedEventView
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.reports import VerifyReport
 from eventlog.validate import is_int
+from projections import apflow as read_fold
+from projections.apflow import CHECKPOINT, DELETE
+from projections.apflow import Deleted as _Deleted
+from projections.apflow import Head as _Head
+from projections.apflow import Saved as _Saved
+from projections.apflow import apply as _apply
 
 __all__ = [
     "TABLE",
@@ -70,31 +76,6 @@ __all__ = [
 TABLE: Final = "apflow"
 TABLES: Final = (TABLE,)
 STREAM_PREFIX: Final = "apflow:"
-CHECKPOINT: Final = "apflow.checkpoint"
-DELETE: Final = "apflow.delete"
-
-
-class _Head(msgspec.Struct, array_like=True):
-    """A task's materialized head: a fold of its frames (see :func:`_apply`)."""
-
-    latest: int = 0  # seq of the newest live save (0: none)
-    live: int = 0  # saves since the last delete
-
-
-class _Saved(msgspec.Struct, frozen=True, kw_only=True):
-    """``Event.data`` of an ``apflow.checkpoint`` frame."""
-
-    id: str
-    data: bytes  # json.dumps(data) as UTF-8 (surrogates passed through)
-    step_name: str | None = None
-    attempt: int | None = None
-    n: int = 1  # ordinal among the task's live saves: the retry count in apflow's flow
-
-
-class _Deleted(msgspec.Struct, frozen=True, kw_only=True):
-    """``Event.data`` of an ``apflow.delete`` frame."""
-
-    count: int
 
 
 class SavedAttempt(msgspec.Struct, frozen=True):
@@ -136,21 +117,15 @@ class ApflowView(HeadedEventView[_Head]):
     def step(self, head: _Head, frame: Any, seq: int) -> _Head:
         return _apply(head, frame, seq)
 
+    def read_apply(self, state: Any, frame: Any) -> tuple[Any, str, str, str | None, str | None]:
+        return tuple(read_fold.show(state, frame))
+
 
 VIEW: Final = ApflowView()
 
 
 def _head_key(sid: int) -> bytes:
     return VIEW.head_key(sid)
-
-
-def _apply(head: _Head, frame: Any, seq: int) -> _Head:
-    """The head after ``frame`` (the fold :meth:`LogCheckpointManager.verify` checks)."""
-    if isinstance(frame, Event) and frame.name == CHECKPOINT:
-        return _Head(seq, head.live + 1)
-    if isinstance(frame, Event) and frame.name == DELETE:
-        return _Head(0, 0)
-    raise CorruptFrame(f"seq {seq} is not an apflow checkpoint event: {frame!r:.80}")
 
 
 class _Write(DeferredFrame):

@@ -11,21 +11,26 @@ Invariants:
   :meth:`apply` (compaction, rebuild); both give the rows :meth:`step` folds to.
 - :meth:`verify` reports, never repairs: every stream's head row (and extra rows) against the
   fold of its frames, and head rows of streams without frames.
+- The read side (:meth:`describe`, :meth:`steps`) folds a stream with the integration's pure
+  read fold in ``projections/`` (:meth:`read_apply`): it needs neither the framework nor the
+  rows, so a thread of an integration that is not installed reads the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
+from eventlog import walker
 from eventlog.errors import CheckpointError
 from eventlog.frames import Event
 from eventlog.layout import U64
 from eventlog.log import EventLog, StoredFrame
 from eventlog.reports import Problem
+from eventlog.streams import Step, StreamInfo
 
 H = TypeVar("H", bound=msgspec.Struct)
 
@@ -43,6 +48,7 @@ class HeadedEventView(Generic[H]):
         head_type: type[H],
         head_prefix: bytes = b"",
         unit: str = "stream",
+        id_label: str | None = None,
     ) -> None:
         self.name = name
         self.table = table
@@ -52,6 +58,7 @@ class HeadedEventView(Generic[H]):
         self.head_type = head_type
         self.head_prefix = head_prefix
         self.unit = unit  # what a stream is to the integration, in messages: "task", "thread"
+        self.id_label = id_label or f"{unit}_id"  # the integration's name for a stream's id
         self._enc = msgspec.msgpack.Encoder()
         self._dec = msgspec.msgpack.Decoder(head_type)
 
@@ -96,7 +103,35 @@ class HeadedEventView(Generic[H]):
             f"{len(want)} (or they point at other frames)"
         )
 
+    def read_apply(self, state: Any, frame: Any) -> tuple[Any, str, str, str | None, str | None]:
+        """The read fold (subclasses, from ``projections/``): the stream as plain data after
+        ``frame``, and the frame's kind, label, ref and node."""
+        raise NotImplementedError
+
     # -- the view protocol (eventlog.views.View) -------------------------------------------------
+
+    def describe(self, stream: str) -> StreamInfo | None:
+        if not stream.startswith(self.stream_prefix):
+            return None
+        ident = stream[len(self.stream_prefix) :]
+        return StreamInfo(
+            stream, self.name, f"{self.name} {self.unit}", stream, aliases=(ident,),
+            labels={self.id_label: ident},
+        )  # fmt: skip
+
+    def steps(self, log: EventLog, stream: str, *, diffs: bool = False) -> Iterator[Any]:
+        state: Any = None
+        for item in walker.read_frames(log, stream):
+            if isinstance(item, walker.Unreadable):
+                yield item
+                continue
+            frame = item.frame
+            state, kind, label, ref, node = self.read_apply(state, frame)
+            yield Step(
+                item.seq, item.global_seq, walker.frame_saved_at(frame), kind, label, ref,
+                (node,) if node else (), item.stored_bytes, item.checksum, frame,
+                walker.frame_type(frame), state,
+            )  # fmt: skip
 
     def claims(self, stream: str, first: Any) -> bool:
         return (

@@ -57,9 +57,11 @@ from eventlog.frames import (
     LgRemove,
     LgWrites,
 )
+from eventlog.integrations import langgraph_steps
 from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U16, U32, U64, U64X2, s16, utf8
 from eventlog.log import Appended, DeferredFrame, EventLog, StoredFrame
 from eventlog.reports import Problem
+from eventlog.streams import StreamInfo
 from projections.langgraph import (
     CkptRow,
     StreamView,
@@ -835,6 +837,20 @@ class LangGraphView:
         self, log: EventLog, progress: Callable[[int, int], None] | None = None
     ) -> list[Problem]:
         return verify_views(log)
+
+    def describe(self, stream: str) -> StreamInfo | None:
+        parsed = parse_stream_key(stream)
+        if parsed is None:
+            return None
+        thread, ns = parsed
+        return StreamInfo(
+            stream, self.name, "langgraph thread", thread if not ns else f"{thread} ns={ns}",
+            aliases=(thread,) if not ns else (),
+            labels={"thread_id": thread, "checkpoint_ns": ns, "namespace": ns},
+        )  # fmt: skip
+
+    def steps(self, log: EventLog, stream: str, *, diffs: bool = False) -> Iterator[Any]:
+        return langgraph_steps.steps(log, stream, BlobReader)
 
 
 VIEW: Final = LangGraphView()

@@ -48,23 +48,21 @@ from backends.base import Backend, Durability, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame, InvalidRecord, InvalidType
 from eventlog.frames import Event
 from eventlog.integrations.techrevati_store import (
-    CHECKPOINT,
-    DELETE,
-    STEP,
     STREAM_PREFIX,
     TABLE,
     TABLES,
     VIEW,
-    _apply,
-    _Checkpoint,
-    _Head,
-    _Step,
     _step_digest,
     _steps_prefix,
 )
 from eventlog.layout import U64 as _U64
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.reports import VerifyReport
+from projections.techrevati import CHECKPOINT, DELETE, STEP
+from projections.techrevati import CheckpointData as _Checkpoint
+from projections.techrevati import Head as _Head
+from projections.techrevati import StepData as _Step
+from projections.techrevati import apply as _apply
 
 __all__ = ["TABLE", "TABLES", "HistoryItem", "LogSaver"]
 

@@ -89,7 +89,8 @@ function familyLabel(r) {
   if (r.family === "langgraph") return `LangGraph thread ${r.thread_id} · ns ${r.namespace === "" ? "(root)" : r.namespace}`;
   if (r.family === "techrevati") return `techrevati thread ${r.thread_id}`;
   if (r.family === "apflow") return `apflow task ${r.task_id}`;
-  return r.kind ? `${r.kind}` : "events";
+  if (r.records) return r.kind ? `${r.kind}` : "events";
+  return r.noun || r.family;
 }
 
 function progressBar(done, errors, total) {
@@ -115,7 +116,7 @@ function invRow(r) {
       el("span", { class: "dim" }, familyLabel(r)),
       r.correlation_id ? el("span", { class: "dim mono" }, `corr ${r.correlation_id}`) : null),
     el("div", { class: "inv-meta dim" },
-      `${fmtN(r.saves)} ${r.family === "checkpoint" && r.kind !== "event" ? "saves" : "frames"} · first ${fmtTime(r.first_saved_at)} · last ${fmtTime(r.last_saved_at)}`),
+      `${fmtN(r.saves)} ${r.records && r.kind !== "event" && r.kind ? "saves" : "frames"} · first ${fmtTime(r.first_saved_at)} · last ${fmtTime(r.last_saved_at)}`),
     r.instances ? el("div", { class: "inv-meta" }, progressBar(r.completed, r.errors, r.instances),
       el("span", { class: "dim" }, `${fmtN(r.completed)}/${fmtN(r.instances)} done` + (r.errors ? `, ${fmtN(r.errors)} failed` : ""))) : null,
   );
@@ -131,7 +132,8 @@ function select(r) {
   if (r.family === "langgraph") S.view = new LangGraphView(r, detail);
   else if (r.family === "techrevati") S.view = new HistoryView(r, detail, "techrevati");
   else if (r.family === "apflow") S.view = new HistoryView(r, detail, "apflow");
-  else S.view = new InvocationView(r, detail);
+  else if (r.records) S.view = new InvocationView(r, detail);
+  else S.view = new StepsView(r, detail);
 }
 
 // -- a value as a collapsible tree -------------------------------------------------------------
@@ -665,6 +667,33 @@ class HistoryView {
       el("div", { class: "pager" },
         el("button", { type: "button", disabled: this.offset === 0, onclick: () => { this.offset = Math.max(0, this.offset - 100); this.refresh(); } }, "←"),
         el("button", { type: "button", disabled: data.rows.length < 100, onclick: () => { this.offset += 100; this.refresh(); } }, "→")));
+  }
+}
+
+// -- any other kind of stream: its view's steps (/api/steps) ---------------------------------
+
+class StepsView {
+  constructor(row, root) {
+    this.row = row; this.root = root; this.offset = 0;
+    this.box = el("div", { id: "steps" });
+    put(root, el("h2", { class: "mono" }, row.display || row.id),
+      el("div", { class: "dim" }, `${row.noun || row.family} · ${fmtN(row.saves)} frames`),
+      el("section", { class: "card" }, el("h3", {}, "Frames, each with the stream as of it"), this.box));
+    this.refresh();
+  }
+
+  async refresh() {
+    let data;
+    try { data = await api("steps", { id: this.row.id, offset: this.offset, limit: 100 }); } catch (err) { showError(this.box, err); return; }
+    const cols = ["seq", "saved at", "kind", "node", "value"];
+    fill(this.box, el("table", {}, el("tr", {}, ...cols.map((c) => el("th", {}, c))),
+      ...data.rows.map((r) => r.unreadable
+        ? el("tr", {}, el("td", {}, fmtN(r.seq)), el("td", { class: "error", colspan: "4" }, r.unreadable))
+        : el("tr", {}, el("td", {}, fmtN(r.seq)), el("td", {}, fmtTime(r.saved_at)), el("td", { class: r.kind === "delete" ? "dim" : "" }, r.title),
+          el("td", { class: "mono" }, r.node ?? "-"), el("td", {}, r.value.t === "lit" && r.value.v === null ? "(nothing live)" : renderTree(r.value, null, [], false))))),
+      el("div", { class: "pager" },
+        el("button", { type: "button", disabled: this.offset === 0, onclick: () => { this.offset = Math.max(0, this.offset - 100); this.refresh(); } }, "←"),
+        el("button", { type: "button", disabled: this.offset + 100 >= data.total, onclick: () => { this.offset += 100; this.refresh(); } }, "→")));
   }
 }
 

@@ -1,0 +1,1 @@
+"""One module per ``ckptlog`` command: ``add_arguments(parser)`` and ``run(ctx)``."""
