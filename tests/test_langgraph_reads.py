@@ -140,7 +140,6 @@ def lmdb_saver(tmp_path: Path) -> Iterator[LmdbSaver]:
         yield saver
 
 
-@pytest.mark.xfail(strict=True, reason="issue #27: delta chains are walked on every read")
 @pytest.mark.parametrize("kind", sorted(STATES))
 def test_reads_decode_a_bounded_number_of_frames_on_lmdb(
     lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch, kind: str
@@ -149,7 +148,6 @@ def test_reads_decode_a_bounded_number_of_frames_on_lmdb(
     assert lmdb_saver.verify().ok
 
 
-@pytest.mark.xfail(strict=True, reason="issue #27: delta chains are walked on every read")
 @pytest.mark.parametrize("kind", sorted(STATES))
 def test_reads_decode_a_bounded_number_of_frames_on_postgres(
     pg_schemas: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str

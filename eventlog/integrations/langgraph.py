@@ -303,7 +303,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
             return
         for channel, memo in op.memos:
             if memo is not None:
-                memo.seq = done.seq
+                memo.committed(done.seq)
                 self._memos.put(stream, channel, memo)
 
     def put(
@@ -571,9 +571,13 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         key: tuple[str, str, int],
         cid: str,
         row: CkptRow,
+        reader: BlobReader | None = None,
     ) -> CheckpointTuple:
+        """``reader``: one shared by the tuples of a stream read in one transaction (``list``
+        newest first): keyframes and resolved patches are read once for all of them."""
         tid, ns, sid = key
-        reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+        if reader is None:
+            reader = BlobReader(self.log, txn, sid, serde.loads_typed)
         frame = reader.frame(row.seq)
         if not isinstance(frame, LgCheckpoint) or frame.checkpoint_id != cid:
             raise CorruptFrame(
@@ -694,11 +698,16 @@ class LmdbSaver(BaseCheckpointSaver[str]):
     def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str]]) -> list[CheckpointTuple]:
         serde = self.serde
         out: list[CheckpointTuple] = []
+        readers: dict[int, BlobReader] = {}
         with self.log.backend.read() as txn:
             for key, cid in keys:
                 row = read_checkpoint_row(txn, key[2], cid)
-                if row is not None:  # removed since it was listed
-                    out.append(self._tuple(txn, serde, key, cid, row))
+                if row is None:  # removed since it was listed
+                    continue
+                reader = readers.get(key[2])
+                if reader is None:
+                    reader = readers[key[2]] = BlobReader(self.log, txn, key[2], serde.loads_typed)
+                out.append(self._tuple(txn, serde, key, cid, row, reader))
         return out
 
     def list(

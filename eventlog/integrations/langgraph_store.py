@@ -79,11 +79,12 @@ TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS)
 VIEW_TABLES: Final = (CHECKPOINTS, BLOBS, WRITES)  # keyed by sid first
 
 STREAM_PREFIX: Final = "lg:"
-CHAIN_READ_MAX: Final = 4096  # a longer chain on read is corruption (writers cap at 256)
+CHAIN_READ_MAX: Final = 4096  # a longer chain on read is corruption (logs written before
+# keyframes chained up to 256 deltas; now every delta's base is a full blob)
 IDX_BIAS: Final = 1 << 31
 
-CHAIN_LINKS_MAX: Final = 256  # delta blobs before a full one is stored again
-CHAIN_RATIO: Final = 2  # ... or once the deltas since the last full blob outweigh it this much
+KEYFRAME_EVERY: Final = 16  # delta blobs (each against the keyframe) before a full one again
+CHAIN_RATIO: Final = 2  # ... or once the deltas since the keyframe outweigh it this much
 PATCH_MIN_BYTES: Final = 2048  # smaller values are stored in full (a patch would not pay)
 MEMO_ENTRIES_MAX: Final = 4096  # (stream, channel) pairs whose last blob this process remembers
 MEMO_BYTES_MAX: Final = 64 << 20  # bytes of values (and patch bases) that memos keep alive
@@ -358,6 +359,8 @@ class BlobReader:
         self.sid = sid
         self.loads = loads
         self._frames: dict[int, Any] = {}
+        self._bytes: dict[tuple[int, str], tuple[str, bytes]] = {}  # resolved patches
+        self._dctx: dict[tuple[int, str], zstandard.ZstdDecompressor] = {}  # by patch base
 
     def frame(self, seq: int) -> Any:
         frame = self._frames.get(seq)
@@ -437,11 +440,17 @@ class BlobReader:
         return value
 
     def full_bytes(self, blob: LgBlob, seq: int) -> tuple[str, bytes]:
-        """The serde bytes of a ``BLOB_FULL`` or ``BLOB_PATCH`` blob."""
+        """The serde bytes of a ``BLOB_FULL`` or ``BLOB_PATCH`` blob (cached per reader)."""
+        if blob.kind == BLOB_FULL:
+            return blob.type, blob.data
+        top = (seq, blob.channel)
+        hit = self._bytes.get(top)
+        if hit is not None:
+            return hit
         typ = blob.type
-        patches: list[bytes] = []
+        patches: list[tuple[bytes, int]] = []
         while blob.kind == BLOB_PATCH:
-            patches.append(blob.data)
+            patches.append((blob.data, seq))
             blob, seq = self._base(blob, seq, len(patches))
         if blob.kind != BLOB_FULL:
             raise CorruptFrame(
@@ -450,9 +459,29 @@ class BlobReader:
                 seq=seq,
             )
         data = blob.data
-        for patch in reversed(patches):
-            data = apply_patch(data, patch, max_bytes=self.log.frame_bytes_max)
+        for patch, at in reversed(patches):
+            data = self._apply(seq, blob.channel, data, patch)
+            seq = at
+        self._bytes[top] = (typ, data)
         return typ, data
+
+    def _apply(self, seq: int, channel: str, base: bytes, patch: bytes) -> bytes:
+        """``patch`` applied to ``base`` (the bytes of ``channel`` at ``seq``); the decoder
+        holding a base as its dictionary is kept, as a keyframe is the base of many patches."""
+        dctx = self._dctx.get((seq, channel))
+        if dctx is None:
+            dictionary = zstandard.ZstdCompressionDict(
+                base, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+            )
+            dctx = self._dctx[seq, channel] = zstandard.ZstdDecompressor(dict_data=dictionary)
+        try:
+            return dctx.decompress(patch, max_output_size=self.log.frame_bytes_max)
+        except zstandard.ZstdError as e:
+            raise CorruptFrame(
+                f"a LangGraph blob patch does not apply to its base (seq {seq}, channel "
+                f"{channel!r}): {e}",
+                seq=seq,
+            ) from e
 
 
 # -- writing: what this process remembers of each channel's last blob (caller side) ------------
@@ -460,15 +489,27 @@ class BlobReader:
 
 @dataclass(slots=True)
 class Memo:
-    """What this process last stored for one channel of one stream."""
+    """What this process last stored for one channel of one stream, and the keyframe (the
+    last full blob) that every delta since is taken against."""
 
-    vkey: bytes  # version key of that blob
+    vkey: bytes  # version key of the last blob
     seq: int  # its frame (0 until committed)
-    elements: tuple[Any, ...] | None  # the list's elements, when the value was a list
-    full: tuple[str, bytes] | None  # its full serde bytes, when known (patch base)
-    links: int  # delta blobs since the last full one
+    key_vkey: bytes  # version key of the keyframe
+    key_seq: int  # its frame (0 until committed)
+    elements: tuple[Any, ...] | None  # the last value's elements, while every blob since the
+    # keyframe is an append (the list extends the keyframe's)
+    key_len: int  # elements of the keyframe's list
+    tail: tuple[int, bytes] | None  # msgpack array body (count, bytes) of the elements since
+    # the keyframe, when the serde writes msgpack (the next append extends it without encoding)
+    key_full: tuple[str, bytes] | None  # the keyframe's serde bytes (patch base), when kept
+    links: int  # delta blobs since the keyframe
     delta_bytes: int  # their bytes
-    full_bytes: int  # bytes of the last full blob
+    full_bytes: int  # bytes of the keyframe
+
+    def committed(self, seq: int) -> None:
+        self.seq = seq
+        if self.key_seq == 0:
+            self.key_seq = seq
 
 
 @dataclass(slots=True)
@@ -482,8 +523,9 @@ class Pending:
 
 
 def memo_weight(memo: Memo) -> int:
-    """Bytes a memo keeps alive: its full bytes, and roughly its value when it holds the list."""
-    held = len(memo.full[1]) if memo.full is not None else 0
+    """Bytes a memo keeps alive: the keyframe's bytes, the tail, and roughly the list."""
+    held = len(memo.key_full[1]) if memo.key_full is not None else 0
+    held += len(memo.tail[1]) if memo.tail is not None else 0
     if memo.elements is not None:
         held += memo.full_bytes + memo.delta_bytes
     return held
@@ -522,12 +564,62 @@ class Memos:
                 self._drop(key)
 
 
+def msgpack_array(data: bytes) -> tuple[int, bytes] | None:
+    """``(count, body)`` of a msgpack array's bytes (its elements' encodings, concatenated)."""
+    if not data:
+        return None
+    b = data[0]
+    if 0x90 <= b <= 0x9F:
+        return b & 0x0F, data[1:]
+    if b == 0xDC and len(data) >= 3:
+        return U16.unpack_from(data, 1)[0], data[3:]
+    if b == 0xDD and len(data) >= 5:
+        return U32.unpack_from(data, 1)[0], data[5:]
+    return None
+
+
+def msgpack_array_header(count: int) -> bytes:
+    if count < 16:
+        return bytes((0x90 | count,))
+    if count < 1 << 16:
+        return b"\xdc" + U16.pack(count)
+    return b"\xdd" + U32.pack(count)
+
+
 def full_blob(channel: str, version: Any, vkey: bytes, value: Any, serde: Serde) -> Pending:
     typ, data = serde.dumps_typed(value)
-    elements = tuple(value) if type(value) is list else None
-    full = (typ, data) if len(data) <= MEMO_BYTES_MAX // 4 else None
-    memo = Memo(vkey, 0, elements, full, 0, 0, len(data))
+    is_list = type(value) is list
+    memo = Memo(
+        vkey=vkey,
+        seq=0,
+        key_vkey=vkey,
+        key_seq=0,
+        elements=tuple(value) if is_list else None,
+        key_len=len(value) if is_list else 0,
+        tail=(0, b"") if is_list and typ == "msgpack" else None,
+        key_full=(typ, data) if len(data) <= MEMO_BYTES_MAX // 4 else None,
+        links=0,
+        delta_bytes=0,
+        full_bytes=len(data),
+    )
     return Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", memo)
+
+
+def _tail_bytes(
+    m: Memo, value: list[Any], serde: Serde
+) -> tuple[str, bytes, tuple[int, bytes] | None]:
+    """The serde bytes of ``value``'s elements after the keyframe's (and their msgpack body):
+    the memo's tail extended by the new elements' encodings, or serialized afresh."""
+    assert m.elements is not None
+    new = value[len(m.elements) :]
+    if m.tail is not None:
+        typ, data = serde.dumps_typed(new)
+        arr = msgpack_array(data) if typ == "msgpack" else None
+        if arr is not None and arr[0] == len(new):
+            count, body = m.tail[0] + arr[0], m.tail[1] + arr[1]
+            return "msgpack", msgpack_array_header(count) + body, (count, body)
+    typ, data = serde.dumps_typed(value[m.key_len :])
+    return typ, data, msgpack_array(data) if typ == "msgpack" else None
 
 
 def plan_blob(
@@ -539,13 +631,19 @@ def plan_blob(
     serde: Serde,
     appends: bool,
 ) -> Pending:
-    """The cheapest blob for ``channel``'s new version (serialized once, through ``serde``)."""
+    """The cheapest blob for ``channel``'s new version (serialized once, through ``serde``).
+
+    A delta is always taken against the keyframe (the channel's last full blob), never
+    against another delta, so any version reads from at most two frames; a new keyframe is
+    stored after ``KEYFRAME_EVERY`` deltas, or once the deltas since the keyframe would
+    outweigh it ``CHAIN_RATIO`` times (the cost of cumulative deltas stays bounded).
+    """
     vkey = version_key(version)
     if channel not in values:
         return Pending(LgBlob(channel, version, BLOB_EMPTY), None, b"", None)
     value = values[channel]
     m = memos.get(stream, channel)
-    if m is None or m.seq == 0 or m.links >= CHAIN_LINKS_MAX:
+    if m is None or m.seq == 0 or m.key_seq == 0 or m.links >= KEYFRAME_EVERY:
         return full_blob(channel, version, vkey, value, serde)
     budget = CHAIN_RATIO * m.full_bytes - m.delta_bytes
     elements = m.elements
@@ -556,30 +654,43 @@ def plan_blob(
         and len(value) >= len(elements)
         and all(map(operator.is_, value, elements))
     ):
-        typ, data = serde.dumps_typed(value[len(elements) :])
+        typ, data, tail = _tail_bytes(m, value, serde)
         if len(data) <= budget:
             memo = Memo(
-                vkey, 0, tuple(value), None, m.links + 1, m.delta_bytes + len(data), m.full_bytes
+                vkey=vkey,
+                seq=0,
+                key_vkey=m.key_vkey,
+                key_seq=m.key_seq,
+                elements=tuple(value),
+                key_len=m.key_len,
+                tail=tail,
+                key_full=m.key_full,
+                links=m.links + 1,
+                delta_bytes=m.delta_bytes + len(data),
+                full_bytes=m.full_bytes,
             )
-            blob = LgBlob(channel, version, BLOB_APPEND, typ, data, m.seq)
-            return Pending(blob, value, m.vkey, memo)
+            blob = LgBlob(channel, version, BLOB_APPEND, typ, data, m.key_seq)
+            return Pending(blob, value, m.key_vkey, memo)
     planned = full_blob(channel, version, vkey, value, serde)
     typ, data = planned.blob.type, planned.blob.data
-    if m.full is not None and m.full[0] == typ and len(data) >= PATCH_MIN_BYTES:
-        patch = make_patch(m.full[1], data)
+    if m.key_full is not None and m.key_full[0] == typ and len(data) >= PATCH_MIN_BYTES:
+        patch = make_patch(m.key_full[1], data)
         if 2 * len(patch) <= len(data) and len(patch) <= budget:
-            assert planned.memo is not None
             memo = Memo(
-                vkey,
-                0,
-                planned.memo.elements,
-                planned.memo.full,
-                m.links + 1,
-                m.delta_bytes + len(patch),
-                m.full_bytes,
+                vkey=vkey,
+                seq=0,
+                key_vkey=m.key_vkey,
+                key_seq=m.key_seq,
+                elements=None,  # an append must extend the keyframe's list: not after a patch
+                key_len=0,
+                tail=None,
+                key_full=m.key_full,
+                links=m.links + 1,
+                delta_bytes=m.delta_bytes + len(patch),
+                full_bytes=m.full_bytes,
             )
-            blob = LgBlob(channel, version, BLOB_PATCH, typ, patch, m.seq)
-            return Pending(blob, value, m.vkey, memo)
+            blob = LgBlob(channel, version, BLOB_PATCH, typ, patch, m.key_seq)
+            return Pending(blob, value, m.key_vkey, memo)
     return planned
 
 
