@@ -37,6 +37,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Final
 
 from langchain_core.runnables import RunnableConfig
@@ -66,14 +67,17 @@ from eventlog.integrations.langgraph_store import (
     RUNS,
     TABLES,
     BlobReader,
+    Chain,
     CopiedFrame,
     Memos,
+    Patches,
     PutFrame,
     RemoveFrame,
     ViewFrame,
     WritesFrame,
     checkpoint_rows,
     latest_checkpoint,
+    materialize,
     parse_stream_key,
     plan_blob,
     read_checkpoint_row,
@@ -96,6 +100,18 @@ LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
 PRUNE_STRATEGIES: Final = ("keep_latest", "delete")
 
 LOG_FRAME_TYPE: Any = Frame  # includes the LangGraph kinds
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A checkpoint tuple's parts as read in a transaction, not yet decoded."""
+
+    key: tuple[str, str, int]
+    cid: str
+    row: CkptRow
+    frame: LgCheckpoint
+    chains: list[tuple[str, Chain]]
+    writes: list[tuple[str, LgWrite]]
 
 
 def _configurable(config: Any, what: str) -> Any:
@@ -191,6 +207,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         self.log = log
         self.identity_appends = identity_appends
         self._memos = Memos()
+        self._patches = Patches(log.frame_bytes_max)
 
     @classmethod
     def open(
@@ -485,7 +502,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         delta = metadata.get("counters_since_delta_snapshot") or {}
         if not delta:
             return keep
-        reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+        reader = self._reader(txn, sid, serde)
         versions = reader.versions(row.seq)
         need = {c for c in delta if c in versions and not reader.has_value(c, versions[c])}
         parent = row.parent_id
@@ -564,20 +581,17 @@ class LmdbSaver(BaseCheckpointSaver[str]):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _tuple(
+    def _read(
         self,
-        txn: ReadTxn,
-        serde: SerializerProtocol,
         key: tuple[str, str, int],
         cid: str,
         row: CkptRow,
-        reader: BlobReader | None = None,
-    ) -> CheckpointTuple:
-        """``reader``: one shared by the tuples of a stream read in one transaction (``list``
-        newest first): keyframes and resolved patches are read once for all of them."""
-        tid, ns, sid = key
-        if reader is None:
-            reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+        reader: BlobReader,
+    ) -> _Read:
+        """What the tuple of checkpoint ``cid`` is built from, read in ``reader`` 's transaction:
+        its frame, each channel's blob chain, its writes. A reader shared by the tuples of a
+        stream (``list``) reads each keyframe once for all of them."""
+        tid = key[0]
         frame = reader.frame(row.seq)
         if not isinstance(frame, LgCheckpoint) or frame.checkpoint_id != cid:
             raise CorruptFrame(
@@ -585,33 +599,35 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                 "which holds another frame; run LmdbSaver.verify()",
                 seq=row.seq,
             )
-        body = serde.loads_typed((frame.checkpoint_type, frame.checkpoint))
-        body["channel_versions"] = dict(frame.versions)
-        values: dict[str, Any] = {}
+        chains = []
         for channel, version in frame.versions.items():
-            found, value = reader.value(channel, version)
-            if found:
-                values[channel] = value
+            chain = reader.chain(channel, version)
+            if chain is not None:
+                chains.append((channel, chain))
+        return _Read(key, cid, row, frame, chains, self._writes(reader, cid))
+
+    def _build(self, read: _Read, serde: SerializerProtocol) -> CheckpointTuple:
+        """The tuple, decoded outside the transaction (so ``list`` holds raw bytes only)."""
+        tid, ns, sid = read.key
+        frame, row, loads = read.frame, read.row, serde.loads_typed
+        body = loads((frame.checkpoint_type, frame.checkpoint))
+        body["channel_versions"] = dict(frame.versions)
+        values = {ch: materialize(sid, chain, loads, self._patches) for ch, chain in read.chains}
         checkpoint: Checkpoint = {**body, "channel_values": values}  # type: ignore[typeddict-item]
         return CheckpointTuple(
-            config=_config(tid, ns, cid),
+            config=_config(tid, ns, read.cid),
             checkpoint=checkpoint,
-            metadata=serde.loads_typed((row.metadata_type, row.metadata)),
+            metadata=loads((row.metadata_type, row.metadata)),
             parent_config=None if row.parent_id is None else _config(tid, ns, row.parent_id),
-            pending_writes=self._pending_writes(reader, serde, cid, None),
+            pending_writes=[(task, w.channel, loads((w.type, w.data))) for task, w in read.writes],
         )
 
     @staticmethod
-    def _pending_writes(
-        reader: BlobReader,
-        serde: SerializerProtocol,
-        cid: str,
-        channels: set[str] | None,
-    ) -> list[PendingWrite]:
-        """The writes stored against ``cid`` in ``writes_sort_key`` order (of ``channels``)."""
+    def _writes(reader: BlobReader, cid: str) -> list[tuple[str, LgWrite]]:
+        """The writes stored against ``cid``, in ``writes_sort_key`` order."""
         rows = write_rows(reader.txn, reader.sid, cid)
         rows.sort(key=lambda r: writes_sort_key(r[2].task_path, r[0], r[1]))
-        out: list[PendingWrite] = []
+        out: list[tuple[str, LgWrite]] = []
         for task, idx, row in rows:
             frame = reader.frame(row.seq)
             if (
@@ -625,10 +641,25 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                     f"{row.seq} position {row.pos}, which holds another write; run verify()",
                     seq=row.seq,
                 )
-            w = frame.writes[row.pos]
-            if channels is None or w.channel in channels:
-                out.append((task, w.channel, serde.loads_typed((w.type, w.data))))
+            out.append((task, frame.writes[row.pos]))
         return out
+
+    def _pending_writes(
+        self,
+        reader: BlobReader,
+        serde: SerializerProtocol,
+        cid: str,
+        channels: set[str] | None,
+    ) -> list[PendingWrite]:
+        """The writes stored against ``cid`` in ``writes_sort_key`` order (of ``channels``)."""
+        return [
+            (task, w.channel, serde.loads_typed((w.type, w.data)))
+            for task, w in self._writes(reader, cid)
+            if channels is None or w.channel in channels
+        ]
+
+    def _reader(self, txn: ReadTxn, sid: int, serde: SerializerProtocol) -> BlobReader:
+        return BlobReader(self.log, txn, sid, serde.loads_typed, self._patches)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``checkpoint_id`` (else the newest one) of the namespace."""
@@ -648,7 +679,8 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                 if found is None:
                     return None
                 row = found
-            return self._tuple(txn, serde, (tid, ns, sid), cid, row)
+            read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
+        return self._build(read, serde)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
@@ -695,9 +727,9 @@ class LmdbSaver(BaseCheckpointSaver[str]):
             found.sort(key=lambda f: f[1], reverse=True)
         return found if limit is None else found[:limit]
 
-    def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str]]) -> list[CheckpointTuple]:
+    def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str]]) -> list[_Read]:
         serde = self.serde
-        out: list[CheckpointTuple] = []
+        out: list[_Read] = []
         readers: dict[int, BlobReader] = {}
         with self.log.backend.read() as txn:
             for key, cid in keys:
@@ -706,9 +738,15 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                     continue
                 reader = readers.get(key[2])
                 if reader is None:
-                    reader = readers[key[2]] = BlobReader(self.log, txn, key[2], serde.loads_typed)
-                out.append(self._tuple(txn, serde, key, cid, row, reader))
+                    reader = readers[key[2]] = self._reader(txn, key[2], serde)
+                out.append(self._read(key, cid, row, reader))
         return out
+
+    def _load_built(
+        self, keys: Sequence[tuple[tuple[str, str, int], str]]
+    ) -> list[CheckpointTuple]:
+        serde = self.serde
+        return [self._build(read, serde) for read in self._load_many(keys)]
 
     def list(
         self,
@@ -719,10 +757,13 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first. ``config=None``: every thread; a config without
-        ``checkpoint_ns``: every namespace of the thread; ``filter`` matches metadata."""
+        ``checkpoint_ns``: every namespace of the thread; ``filter`` matches metadata.
+
+        Read ``LIST_CHUNK`` checkpoints per transaction, each decoded as it is yielded."""
         keys = self._list_keys(config, filter, before, limit)
         for i in range(0, len(keys), LIST_CHUNK):
-            yield from self._load_many(keys[i : i + LIST_CHUNK])
+            for read in self._load_many(keys[i : i + LIST_CHUNK]):
+                yield self._build(read, self.serde)
 
     async def alist(
         self,
@@ -734,7 +775,8 @@ class LmdbSaver(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         keys = await asyncio.to_thread(self._list_keys, config, filter, before, limit)
         for i in range(0, len(keys), LIST_CHUNK):
-            for tup in await asyncio.to_thread(self._load_many, keys[i : i + LIST_CHUNK]):
+            chunk = keys[i : i + LIST_CHUNK]
+            for tup in await asyncio.to_thread(self._load_built, chunk):
                 yield tup
 
     def get_delta_channel_history(
@@ -759,7 +801,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                 else:
                     target = read_checkpoint_row(txn, sid, cid)
             if sid is not None and target is not None:
-                reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+                reader = self._reader(txn, sid, serde)
                 seen: set[str] = set()
                 parent = target.parent_id
                 while remaining and parent is not None and parent not in seen:

@@ -337,30 +337,89 @@ def make_patch(base: bytes, new: bytes) -> bytes:
     return zstandard.ZstdCompressor(level=1, dict_data=dictionary).compress(new)
 
 
-def apply_patch(base: bytes, patch: bytes, *, max_bytes: int) -> bytes:
-    dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    try:
-        return zstandard.ZstdDecompressor(dict_data=dictionary).decompress(
-            patch, max_output_size=max_bytes
-        )
-    except zstandard.ZstdError as e:
-        raise CorruptFrame(f"a LangGraph blob patch does not apply to its base: {e}") from e
-
-
 Loads = Callable[[tuple[str, bytes]], Any]
+Chain = tuple[tuple[int, LgBlob], ...]  # (seq, blob): a version's blob, then its bases in turn
+PATCH_BASES_KEPT: Final = 32  # patch decoders (a keyframe as dictionary) each thread keeps
+
+
+class Patches:
+    """Applies patches, keeping per thread the decoders of the last bases used: a keyframe is
+    the base of up to ``KEYFRAME_EVERY`` patches, which ``list`` and repeated reads apply in
+    turn. Keyed by ``(sid, seq, channel)``: the bytes of a channel at a stream seq never
+    change (seqs are not reused), so a kept decoder stays right across transactions."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._local = threading.local()
+
+    def apply(self, key: tuple[int, int, str], base: bytes, patch: bytes) -> bytes:
+        kept: collections.OrderedDict[tuple[int, int, str], zstandard.ZstdDecompressor] | None
+        kept = getattr(self._local, "kept", None)
+        if kept is None:
+            kept = self._local.kept = collections.OrderedDict()
+        dctx = kept.get(key)
+        if dctx is None:
+            dictionary = zstandard.ZstdCompressionDict(
+                base, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+            )
+            dctx = kept[key] = zstandard.ZstdDecompressor(dict_data=dictionary)
+            while len(kept) > PATCH_BASES_KEPT:
+                kept.popitem(last=False)
+        else:
+            kept.move_to_end(key)
+        try:
+            return dctx.decompress(patch, max_output_size=self.max_bytes)
+        except zstandard.ZstdError as e:
+            raise CorruptFrame(
+                f"a LangGraph blob patch does not apply to its base (seq {key[1]} of stream id "
+                f"{key[0]}, channel {key[2]!r}): {e}",
+                seq=key[1],
+            ) from e
+
+
+def materialize(sid: int, chain: Chain, loads: Loads, patches: Patches) -> Any:
+    """The value a blob chain (from :meth:`BlobReader.chain`) stores: the full bytes, patched
+    in turn, then the appended tails. Needs no transaction."""
+    i = 0
+    while chain[i][1].kind == BLOB_APPEND:
+        i += 1
+    j = i
+    while chain[j][1].kind == BLOB_PATCH:
+        j += 1
+    data = chain[j][1].data
+    for k in range(j - 1, i - 1, -1):
+        data = patches.apply((sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data)
+    value = loads((chain[i][1].type, data))
+    if i == 0:
+        return value
+    if not isinstance(value, list):
+        raise CorruptFrame(
+            f"channel {chain[0][1].channel!r}: an append chain starts on a "
+            f"{type(value).__name__}, not a list",
+            seq=chain[i][0],
+        )
+    for k in range(i - 1, -1, -1):
+        value.extend(loads((chain[k][1].type, chain[k][1].data)))
+    return value
 
 
 class BlobReader:
     """Reads channel values of one stream inside one read transaction (frames cached)."""
 
-    def __init__(self, log: EventLog, txn: ReadTxn, sid: int, loads: Loads) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        txn: ReadTxn,
+        sid: int,
+        loads: Loads,
+        patches: Patches | None = None,
+    ) -> None:
         self.log = log
         self.txn = txn
         self.sid = sid
         self.loads = loads
+        self.patches = patches if patches is not None else Patches(log.frame_bytes_max)
         self._frames: dict[int, Any] = {}
-        self._bytes: dict[tuple[int, str], tuple[str, bytes]] = {}  # resolved patches
-        self._dctx: dict[tuple[int, str], zstandard.ZstdDecompressor] = {}  # by patch base
 
     def frame(self, seq: int) -> Any:
         frame = self._frames.get(seq)
@@ -396,15 +455,50 @@ class BlobReader:
         seq = blob_seq(self.txn, self.sid, channel, version)
         return seq is not None and self.blob(seq, channel).kind != BLOB_EMPTY
 
-    def value(self, channel: str, version: str | int | float) -> tuple[bool, Any]:
-        """``(True, value)`` of a channel at a version, ``(False, None)`` when it has none."""
+    def chain(self, channel: str, version: str | int | float) -> Chain | None:
+        """The blobs a channel's version is decoded from (read here, decoded by
+        :func:`materialize` later), ``None`` when it has no value."""
         seq = blob_seq(self.txn, self.sid, channel, version)
         if seq is None:
-            return False, None
+            return None
         blob = self.blob(seq, channel)
         if blob.kind == BLOB_EMPTY:
+            return None
+        return self.links(blob, seq)
+
+    def links(self, blob: LgBlob, seq: int) -> Chain:
+        """``blob`` (at ``seq``) and the bases it is a delta of, down to a full value."""
+        links = [(seq, blob)]
+        while blob.kind == BLOB_APPEND:
+            blob, seq = self._base(blob, seq, len(links))
+            links.append((seq, blob))
+        if blob.kind not in (BLOB_FULL, BLOB_PATCH):
+            raise CorruptFrame(
+                f"channel {blob.channel!r} at seq {seq} of stream id {self.sid}: an append "
+                f"chain ends on a blob of kind {blob.kind}, not a stored value",
+                seq=seq,
+            )
+        while blob.kind == BLOB_PATCH:
+            blob, seq = self._base(blob, seq, len(links))
+            links.append((seq, blob))
+        if blob.kind != BLOB_FULL:
+            raise CorruptFrame(
+                f"channel {blob.channel!r} at seq {seq}: a patch chain ends on a blob of kind "
+                f"{blob.kind}, not a full value",
+                seq=seq,
+            )
+        return tuple(links)
+
+    def value(self, channel: str, version: str | int | float) -> tuple[bool, Any]:
+        """``(True, value)`` of a channel at a version, ``(False, None)`` when it has none."""
+        chain = self.chain(channel, version)
+        if chain is None:
             return False, None
-        return True, self.decode(blob, seq)
+        return True, materialize(self.sid, chain, self.loads, self.patches)
+
+    def decode(self, blob: LgBlob, seq: int) -> Any:
+        """The value ``blob`` (at ``seq``, not empty) stores."""
+        return materialize(self.sid, self.links(blob, seq), self.loads, self.patches)
 
     def _base(self, blob: LgBlob, seq: int, links: int) -> tuple[LgBlob, int]:
         if not 0 < blob.base < seq or links >= CHAIN_READ_MAX:
@@ -414,74 +508,6 @@ class BlobReader:
                 seq=seq,
             )
         return self.blob(blob.base, blob.channel), blob.base
-
-    def decode(self, blob: LgBlob, seq: int) -> Any:
-        tails: list[LgBlob] = []
-        while blob.kind == BLOB_APPEND:
-            tails.append(blob)
-            blob, seq = self._base(blob, seq, len(tails))
-        if blob.kind not in (BLOB_FULL, BLOB_PATCH):
-            raise CorruptFrame(
-                f"channel {blob.channel!r} at seq {seq} of stream id {self.sid}: an append "
-                f"chain ends on a blob of kind {blob.kind}, not a stored value",
-                seq=seq,
-            )
-        value = self.loads(self.full_bytes(blob, seq))
-        if not tails:
-            return value
-        if not isinstance(value, list):
-            raise CorruptFrame(
-                f"channel {blob.channel!r}: an append chain starts on a "
-                f"{type(value).__name__}, not a list",
-                seq=seq,
-            )
-        for tail in reversed(tails):
-            value.extend(self.loads((tail.type, tail.data)))
-        return value
-
-    def full_bytes(self, blob: LgBlob, seq: int) -> tuple[str, bytes]:
-        """The serde bytes of a ``BLOB_FULL`` or ``BLOB_PATCH`` blob (cached per reader)."""
-        if blob.kind == BLOB_FULL:
-            return blob.type, blob.data
-        top = (seq, blob.channel)
-        hit = self._bytes.get(top)
-        if hit is not None:
-            return hit
-        typ = blob.type
-        patches: list[tuple[bytes, int]] = []
-        while blob.kind == BLOB_PATCH:
-            patches.append((blob.data, seq))
-            blob, seq = self._base(blob, seq, len(patches))
-        if blob.kind != BLOB_FULL:
-            raise CorruptFrame(
-                f"channel {blob.channel!r} at seq {seq}: a patch chain ends on a blob of kind "
-                f"{blob.kind}, not a full value",
-                seq=seq,
-            )
-        data = blob.data
-        for patch, at in reversed(patches):
-            data = self._apply(seq, blob.channel, data, patch)
-            seq = at
-        self._bytes[top] = (typ, data)
-        return typ, data
-
-    def _apply(self, seq: int, channel: str, base: bytes, patch: bytes) -> bytes:
-        """``patch`` applied to ``base`` (the bytes of ``channel`` at ``seq``); the decoder
-        holding a base as its dictionary is kept, as a keyframe is the base of many patches."""
-        dctx = self._dctx.get((seq, channel))
-        if dctx is None:
-            dictionary = zstandard.ZstdCompressionDict(
-                base, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-            )
-            dctx = self._dctx[seq, channel] = zstandard.ZstdDecompressor(dict_data=dictionary)
-        try:
-            return dctx.decompress(patch, max_output_size=self.log.frame_bytes_max)
-        except zstandard.ZstdError as e:
-            raise CorruptFrame(
-                f"a LangGraph blob patch does not apply to its base (seq {seq}, channel "
-                f"{channel!r}): {e}",
-                seq=seq,
-            ) from e
 
 
 # -- writing: what this process remembers of each channel's last blob (caller side) ------------
