@@ -110,11 +110,12 @@ class Counter:
         return self.n, out
 
 
-def check_reads(saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+def check_reads(writer: LmdbSaver, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     count = Counter(monkeypatch)
     for steps in (SHORT, LONG):
         thread = f"{kind}-{steps}"
-        ids, last = build(saver, thread, steps, STATES[kind]())
+        ids, last = build(writer, thread, steps, STATES[kind]())
+        saver = LmdbSaver(writer.log)  # a reader that kept nothing of the writes (cold)
         frames, tup = count(lambda: saver.get_tuple(conf(thread)))  # noqa: B023
         assert tup is not None
         assert tup.checkpoint["channel_values"] == last

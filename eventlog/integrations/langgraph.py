@@ -322,6 +322,8 @@ class LmdbSaver(BaseCheckpointSaver[str]):
             if memo is not None:
                 memo.committed(done.seq)
                 self._memos.put(stream, channel, memo)
+        for channel, full in op.fulls:  # the bytes a read of this version (or a delta) needs
+            self._patches.keep((op.sid, done.seq, channel), full)
 
     def put(
         self,

@@ -340,17 +340,48 @@ def make_patch(base: bytes, new: bytes) -> bytes:
 Loads = Callable[[tuple[str, bytes]], Any]
 Chain = tuple[tuple[int, LgBlob], ...]  # (seq, blob): a version's blob, then its bases in turn
 PATCH_BASES_KEPT: Final = 32  # patch decoders (a keyframe as dictionary) each thread keeps
+RESOLVED_BYTES_MAX: Final = 32 << 20  # resolved full bytes a saver keeps (Patches)
 
 
 class Patches:
-    """Applies patches, keeping per thread the decoders of the last bases used: a keyframe is
-    the base of up to ``KEYFRAME_EVERY`` patches, which ``list`` and repeated reads apply in
-    turn. Keyed by ``(sid, seq, channel)``: the bytes of a channel at a stream seq never
-    change (seqs are not reused), so a kept decoder stays right across transactions."""
+    """Resolved channel bytes and patch decoders, kept across reads by one saver.
+
+    Keyed by ``(sid, seq, channel)``: the bytes a blob stores at a stream seq never change
+    (seqs are not reused), so what is kept stays right across transactions. Kept: the full
+    bytes of the last full and patched blobs written or read (up to ``RESOLVED_BYTES_MAX``:
+    the keyframes and latest values of the threads in use), so a read whose base is kept
+    decodes neither the base's frame nor the patch; and per thread the decoders of the last
+    ``PATCH_BASES_KEPT`` bases (a keyframe is the base of up to ``KEYFRAME_EVERY`` patches).
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._full: collections.OrderedDict[tuple[int, int, str], tuple[str, bytes]] = (
+            collections.OrderedDict()
+        )
+        self._full_bytes = 0
+
+    def known(self, key: tuple[int, int, str]) -> tuple[str, bytes] | None:
+        with self._lock:
+            hit = self._full.get(key)
+            if hit is not None:
+                self._full.move_to_end(key)
+            return hit
+
+    def keep(self, key: tuple[int, int, str], full: tuple[str, bytes]) -> None:
+        if len(full[1]) > RESOLVED_BYTES_MAX // 8:
+            return
+        with self._lock:
+            old = self._full.pop(key, None)
+            if old is not None:
+                self._full_bytes -= len(old[1])
+            self._full[key] = full
+            self._full_bytes += len(full[1])
+            while self._full_bytes > RESOLVED_BYTES_MAX:
+                _, dropped = self._full.popitem(last=False)
+                self._full_bytes -= len(dropped[1])
 
     def apply(self, key: tuple[int, int, str], base: bytes, patch: bytes) -> bytes:
         kept: collections.OrderedDict[tuple[int, int, str], zstandard.ZstdDecompressor] | None
@@ -389,6 +420,8 @@ def materialize(sid: int, chain: Chain, loads: Loads, patches: Patches) -> Any:
     data = chain[j][1].data
     for k in range(j - 1, i - 1, -1):
         data = patches.apply((sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data)
+    if j > i:
+        patches.keep((sid, chain[i][0], chain[i][1].channel), (chain[i][1].type, data))
     value = loads((chain[i][1].type, data))
     if i == 0:
         return value
@@ -507,6 +540,9 @@ class BlobReader:
                 f"{blob.base} is not an earlier frame (or the chain exceeds {CHAIN_READ_MAX})",
                 seq=seq,
             )
+        hit = self.patches.known((self.sid, blob.base, blob.channel))
+        if hit is not None:  # its bytes are kept: no need to read its frame
+            return LgBlob(blob.channel, blob.version, BLOB_FULL, *hit), blob.base
         return self.blob(blob.base, blob.channel), blob.base
 
 
@@ -546,6 +582,7 @@ class Pending:
     value: Any
     base_vkey: bytes
     memo: Memo | None
+    full: tuple[str, bytes] | None = None  # the value's serde bytes, when serialized whole
 
 
 def memo_weight(memo: Memo) -> int:
@@ -628,7 +665,7 @@ def full_blob(channel: str, version: Any, vkey: bytes, value: Any, serde: Serde)
         delta_bytes=0,
         full_bytes=len(data),
     )
-    return Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", memo)
+    return Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", memo, (typ, data))
 
 
 def _tail_bytes(
@@ -716,7 +753,7 @@ def plan_blob(
                 full_bytes=m.full_bytes,
             )
             blob = LgBlob(channel, version, BLOB_PATCH, typ, patch, m.key_seq)
-            return Pending(blob, value, m.key_vkey, memo)
+            return Pending(blob, value, m.key_vkey, memo, (typ, data))
     return planned
 
 
@@ -748,6 +785,7 @@ class PutFrame(ViewFrame):
         self.pending = pending
         self.serde = serde
         self.memos: list[tuple[str, Memo | None]] = []
+        self.fulls: list[tuple[str, tuple[str, bytes]]] = []  # channels stored whole or patched
 
     def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
         for planned in self.pending:
@@ -759,6 +797,7 @@ class PutFrame(ViewFrame):
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
         blobs: list[LgBlob] = []
         memos: list[tuple[str, Memo | None]] = []
+        fulls: list[tuple[str, tuple[str, bytes]]] = []
         for planned in self.pending:
             p, blob = planned, planned.blob
             if blob.kind in (BLOB_APPEND, BLOB_PATCH) and txn.get(
@@ -770,8 +809,10 @@ class PutFrame(ViewFrame):
                 )
             blobs.append(p.blob)
             memos.append((p.blob.channel, p.memo))
+            if p.full is not None:
+                fulls.append((p.blob.channel, p.full))
         frame = msgspec.structs.replace(self.head, blobs=tuple(blobs))
-        self.sid, self.memos, self.frame = sid, memos, frame
+        self.sid, self.memos, self.fulls, self.frame = sid, memos, fulls, frame
         return frame
 
 
