@@ -689,12 +689,13 @@ class LmdbSaver(BaseCheckpointSaver[str]):
 
     def _list_keys(
         self,
+        txn: ReadTxn,
         config: RunnableConfig | None,
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> list[tuple[tuple[str, str, int], str]]:
-        """Which checkpoints ``list`` yields, newest first: ``((thread, ns, sid), id)``."""
+    ) -> list[tuple[tuple[str, str, int], str, CkptRow]]:
+        """Which checkpoints ``list`` yields, newest first: ``((thread, ns, sid), id, row)``."""
         if limit is not None and limit <= 0:
             return []
         only_id: str | None = None
@@ -709,46 +710,67 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         if before is not None:
             before_id = (before.get("configurable") or {}).get("checkpoint_id") or None
         serde = self.serde
-        found: list[tuple[tuple[str, str, int], str]] = []
-        with self.log.backend.read() as txn:
-            streams = [s for s in stream_ids(txn, thread) if ns is None or s[1] == ns]
-            for s in streams:
-                taken = 0
-                for cid, row in checkpoint_rows(txn, s[2], before=before_id):
-                    if only_id is not None and cid != only_id:
+        found: list[tuple[tuple[str, str, int], str, CkptRow]] = []
+        streams = [s for s in stream_ids(txn, thread) if ns is None or s[1] == ns]
+        for s in streams:
+            taken = 0
+            for cid, row in checkpoint_rows(txn, s[2], before=before_id):
+                if only_id is not None and cid != only_id:
+                    continue
+                if filter:
+                    md = serde.loads_typed((row.metadata_type, row.metadata))
+                    if not all(md.get(k) == v for k, v in filter.items()):
                         continue
-                    if filter:
-                        md = serde.loads_typed((row.metadata_type, row.metadata))
-                        if not all(md.get(k) == v for k, v in filter.items()):
-                            continue
-                    found.append((s, cid))
-                    taken += 1
-                    if limit is not None and taken >= limit:
-                        break  # no later row of this stream can make the cut
+                found.append((s, cid, row))
+                taken += 1
+                if limit is not None and taken >= limit:
+                    break  # no later row of this stream can make the cut
         if len(streams) > 1:
             found.sort(key=lambda f: f[1], reverse=True)
         return found if limit is None else found[:limit]
 
-    def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str]]) -> list[_Read]:
+    def _reads(
+        self, txn: ReadTxn, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow | None]]
+    ) -> list[_Read]:
+        """The reads of ``keys`` in ``txn``; a ``None`` row is read again (skipped if gone)."""
         serde = self.serde
         out: list[_Read] = []
         readers: dict[int, BlobReader] = {}
-        with self.log.backend.read() as txn:
-            for key, cid in keys:
-                row = read_checkpoint_row(txn, key[2], cid)
-                if row is None:  # removed since it was listed
-                    continue
-                reader = readers.get(key[2])
-                if reader is None:
-                    reader = readers[key[2]] = self._reader(txn, key[2], serde)
-                out.append(self._read(key, cid, row, reader))
+        for key, cid, known in keys:
+            row = known if known is not None else read_checkpoint_row(txn, key[2], cid)
+            if row is None:  # removed since it was listed
+                continue
+            reader = readers.get(key[2])
+            if reader is None:
+                reader = readers[key[2]] = self._reader(txn, key[2], serde)
+            out.append(self._read(key, cid, row, reader))
         return out
 
-    def _load_built(
-        self, keys: Sequence[tuple[tuple[str, str, int], str]]
-    ) -> list[CheckpointTuple]:
+    def _list_first(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> tuple[list[tuple[tuple[str, str, int], str, CkptRow]], list[_Read]]:
+        """Every key ``list`` yields, and the reads of the first chunk, in one transaction."""
+        with self.log.backend.read() as txn:
+            keys = self._list_keys(txn, config, filter, before, limit)
+            return keys, self._reads(txn, keys[:LIST_CHUNK])
+
+    def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow]]) -> list[_Read]:
+        """Reads of a later chunk (a new transaction: rows are read again)."""
+        with self.log.backend.read() as txn:
+            return self._reads(txn, [(key, cid, None) for key, cid, _ in keys])
+
+    def _built(self, reads: Sequence[_Read]) -> list[CheckpointTuple]:
         serde = self.serde
-        return [self._build(read, serde) for read in self._load_many(keys)]
+        return [self._build(read, serde) for read in reads]
+
+    def _chunk_built(
+        self, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow]]
+    ) -> list[CheckpointTuple]:
+        return self._built(self._load_many(keys))
 
     def list(
         self,
@@ -762,10 +784,13 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         ``checkpoint_ns``: every namespace of the thread; ``filter`` matches metadata.
 
         Read ``LIST_CHUNK`` checkpoints per transaction, each decoded as it is yielded."""
-        keys = self._list_keys(config, filter, before, limit)
-        for i in range(0, len(keys), LIST_CHUNK):
+        keys, reads = self._list_first(config, filter, before, limit)
+        serde = self.serde
+        for read in reads:
+            yield self._build(read, serde)
+        for i in range(LIST_CHUNK, len(keys), LIST_CHUNK):
             for read in self._load_many(keys[i : i + LIST_CHUNK]):
-                yield self._build(read, self.serde)
+                yield self._build(read, serde)
 
     async def alist(
         self,
@@ -775,10 +800,11 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        keys = await asyncio.to_thread(self._list_keys, config, filter, before, limit)
-        for i in range(0, len(keys), LIST_CHUNK):
-            chunk = keys[i : i + LIST_CHUNK]
-            for tup in await asyncio.to_thread(self._load_built, chunk):
+        keys, reads = await asyncio.to_thread(self._list_first, config, filter, before, limit)
+        for tup in await asyncio.to_thread(self._built, reads):
+            yield tup
+        for i in range(LIST_CHUNK, len(keys), LIST_CHUNK):
+            for tup in await asyncio.to_thread(self._chunk_built, keys[i : i + LIST_CHUNK]):
                 yield tup
 
     def get_delta_channel_history(
