@@ -267,21 +267,23 @@ def pg_pair(kind: str) -> Iterator[tuple[list[Store], Any]]:
 
     schemas = Schemas(URL)
     ours = LmdbSaver.open(
-        ckpt_url(URL, schemas.new(f"lgread_ours_{kind[:5]}")), durability="process"
+        ckpt_url(URL, schemas.new(f"lgread_ours_{kind[:5].lower()}")), durability="process"
     )
-    theirs_schema = schemas.new(f"lgread_pg_{kind[:5]}")
+    theirs_schema = schemas.new(f"lgread_pg_{kind[:5].lower()}")
     pg, conn = open_postgres_saver(URL, theirs_schema, "off")
     loop = asyncio.new_event_loop()
-    aconn = loop.run_until_complete(
-        AsyncConnection.connect(
+
+    async def make() -> tuple[Any, Any]:
+        aconn = await AsyncConnection.connect(
             URL,
             autocommit=True,
             prepare_threshold=0,
             row_factory=dict_row,
             options=f"-c search_path={theirs_schema}",
         )
-    )
-    apg = AsyncPostgresSaver(aconn)
+        return aconn, AsyncPostgresSaver(aconn)
+
+    aconn, apg = loop.run_until_complete(make())
 
     def close_pg() -> None:
         loop.run_until_complete(aconn.close())

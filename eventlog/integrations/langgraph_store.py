@@ -494,6 +494,9 @@ class BlobReader:
         seq = blob_seq(self.txn, self.sid, channel, version)
         if seq is None:
             return None
+        hit = self.patches.known((self.sid, seq, channel))
+        if hit is not None:  # its bytes are kept (written or read before): nothing to resolve
+            return ((seq, LgBlob(channel, version, BLOB_FULL, *hit)),)
         blob = self.blob(seq, channel)
         if blob.kind == BLOB_EMPTY:
             return None
