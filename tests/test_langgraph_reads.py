@@ -20,7 +20,7 @@ from langgraph.checkpoint.base.id import uuid6
 
 import eventlog.integrations.langgraph_store as store
 from eventlog.frames import BLOB_APPEND, BLOB_FULL, LgBlob, LgCheckpoint
-from eventlog.integrations.langgraph import LmdbSaver
+from eventlog.integrations.langgraph import CkptlogSaver, LmdbSaver
 
 # A read decodes the checkpoint's frame, for each of its 2 channels at most the frame holding
 # the blob and the keyframe it is a delta of, and the frame of the step's writes.
@@ -153,7 +153,7 @@ def test_reads_decode_a_bounded_number_of_frames_on_lmdb(
 def test_reads_decode_a_bounded_number_of_frames_on_postgres(
     pg_schemas: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    with LmdbSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as saver:
+    with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as saver:
         check_reads(saver, monkeypatch, kind)
         assert saver.verify().ok
 
@@ -212,3 +212,7 @@ def test_a_log_with_the_old_long_chains_reads_and_new_writes_start_a_keyframe(
     assert tup.checkpoint["channel_values"]["items"] == grown
     assert frames_read <= GET_FRAMES_MAX
     assert saver.verify().ok
+
+
+def test_the_saver_keeps_its_first_name() -> None:
+    assert LmdbSaver is CkptlogSaver

@@ -1,6 +1,8 @@
-"""LmdbSaver: a LangGraph ``BaseCheckpointSaver`` on the ckptlog event log.
+"""CkptlogSaver: a LangGraph ``BaseCheckpointSaver`` on the ckptlog event log.
 
-``graph.compile(checkpointer=LmdbSaver.open(path))`` works on the sync and the async paths.
+``graph.compile(checkpointer=CkptlogSaver.open(path))`` works on the sync and the async paths;
+``path`` is a directory (LMDB) or a ``postgresql://`` URL. ``LmdbSaver`` is the same class
+under its first name (it was named before the log ran on PostgreSQL too).
 Each ``(thread_id, checkpoint_ns)`` is one stream of the log (eventlog.integrations.
 langgraph_store), holding three frame kinds (eventlog.frames):
 
@@ -185,7 +187,7 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 # -- the saver ---------------------------------------------------------------------------------
 
 
-class LmdbSaver(BaseCheckpointSaver[str]):
+class CkptlogSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpoints as frames of an append-only log (LMDB by default).
 
     Thread-safe. Use one saver per process and path (LMDB opens an environment once per
@@ -218,7 +220,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         identity_appends: bool = True,
         **options: Any,
-    ) -> LmdbSaver:
+    ) -> CkptlogSaver:
         """Open (or create) the saver's log in directory ``path`` (``options`` go to
         :meth:`EventLog.open`)."""
         log = EventLog.open(
@@ -233,7 +235,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
     @classmethod
     def on_backend(
         cls, backend: Backend, *, serde: SerializerProtocol | None = None, **options: Any
-    ) -> LmdbSaver:
+    ) -> CkptlogSaver:
         """A saver on any backend (e.g. ``backends.memory.MemoryBackend()``)."""
         return cls(EventLog(backend, frame_type=LOG_FRAME_TYPE, **options), serde=serde)
 
@@ -242,13 +244,13 @@ class LmdbSaver(BaseCheckpointSaver[str]):
     def close(self) -> None:
         self.log.close()
 
-    def __enter__(self) -> LmdbSaver:
+    def __enter__(self) -> CkptlogSaver:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> LmdbSaver:
+    async def __aenter__(self) -> CkptlogSaver:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -864,3 +866,6 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         return await asyncio.to_thread(
             lambda: self.get_delta_channel_history(config=config, channels=channels)
         )
+
+
+LmdbSaver = CkptlogSaver  # the first name, kept: LmdbSaver.open(url) works on PostgreSQL too
