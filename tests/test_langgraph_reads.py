@@ -9,7 +9,10 @@ large one (a 64 KiB document edited a little each step, patched).
 
 from __future__ import annotations
 
+import gzip
 import random
+import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -216,3 +219,45 @@ def test_a_log_with_the_old_long_chains_reads_and_new_writes_start_a_keyframe(
 
 def test_the_saver_keeps_its_first_name() -> None:
     assert LmdbSaver is CkptlogSaver
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_a_log_written_before_keyframes_reads_every_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/fixtures/lg-chain-log.mdb.gz was written by the code before keyframes (appends and
+    patches chained onto the previous version, 80 links): every checkpoint reads as written,
+    the views need no rebuild, and the next put starts a keyframe."""
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from make_lg_chain_log import states  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(FIXTURES))
+    (tmp_path / "log").mkdir()
+    with (
+        gzip.open(FIXTURES / "lg-chain-log.mdb.gz", "rb") as src,
+        (tmp_path / "log" / "data.mdb").open("wb") as dst,
+    ):
+        shutil.copyfileobj(src, dst)
+    with LmdbSaver.open(tmp_path / "log", durability="process") as saver:
+        assert saver.verify().ok
+        want = list(states())
+        got = [t.checkpoint["channel_values"] for t in saver.list(conf("old"))][::-1]
+        assert got == want
+        latest = saver.get_tuple(conf("old"))
+        assert latest is not None
+        assert latest.pending_writes == [(f"task-{len(want) - 1}", "n", len(want))]
+        values = {**want[-1], "items": [*want[-1]["items"], {"i": -1}], "n": -1}
+        versions = {
+            ch: saver.get_next_version(v, None)
+            for ch, v in latest.checkpoint["channel_versions"].items()
+        }
+        cfg = saver.put(latest.config, ckpt(values, versions, 999), {"step": 999}, versions)
+        count = Counter(monkeypatch)
+        frames, tup = count(lambda: LmdbSaver(saver.log).get_tuple(cfg))
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == values
+        assert frames <= GET_FRAMES_MAX
+        assert saver.verify().ok
