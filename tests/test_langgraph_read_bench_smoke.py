@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from bench_smoke import run_module
 
+from benchmarks.langgraph_read import SECTION_TITLE, markdown, replace_section
+
 OPS = {"get_latest", "get_by_id", "list20", "aget_latest", "alist20", "full_list"}
 
 
@@ -35,6 +37,11 @@ def test_langgraph_read_benchmark_quick(tmp_path: Path) -> None:
     assert "LangGraph reads, ckptlog vs SqliteSaver" in stdout
     assert "| small | 120 | get_latest |" in stdout
     check(out, "ckptlog", "SqliteSaver", "lmdb")
+    section = markdown(json.loads(out.read_text(encoding="utf-8")), None)
+    assert section.startswith(SECTION_TITLE)
+    assert "| small | `get_tuple` latest |" in section
+    page = replace_section("# Benchmarks\n\n## `replay`: x\n\ntext\n", section)
+    assert replace_section(page, section) == page  # replaced in place, not appended again
 
 
 @pytest.mark.slow
