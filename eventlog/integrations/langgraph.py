@@ -8,12 +8,14 @@ langgraph_store), holding three frame kinds (eventlog.frames):
 
 - ``LgCheckpoint``: the checkpoint without channel values, its metadata, and a blob for every
   channel in ``new_versions`` only (keyed by channel and version, as LangGraph's in-memory saver
-  keys them). A blob is the full value, or a delta against the same channel's blob in an earlier
-  frame of the stream: ``append`` when the new value is a list that extends the previous one
-  (its first elements are the very objects stored before), ``patch`` (zstd with the previous
-  bytes as dictionary) when the bytes changed a little. A full blob is written again when the
-  deltas since the last full one outweigh it twice, or after ``CHAIN_LINKS_MAX`` deltas
-  (the storage side, framework-free, is eventlog.integrations.langgraph_store).
+  keys them). A blob is the full value, or a delta against the channel's keyframe (its last
+  full blob, in an earlier frame of the stream): ``append`` when the new value is a list that
+  extends the previous one (its first elements are the very objects stored before; the blob
+  holds every element since the keyframe), ``patch`` (zstd with the keyframe's bytes as
+  dictionary) when the bytes changed a little. A keyframe is written again when the deltas
+  since the last one outweigh it twice, or after ``KEYFRAME_EVERY`` deltas, so any version
+  reads from at most two frames (the storage side, framework-free, is
+  eventlog.integrations.langgraph_store).
 - ``LgWrites``: one ``put_writes`` call (one task), with its ``task_path``.
 - ``LgRemove``: a delete, ``delete_for_runs`` or prune, logged; the frames it removes stay in the
   log until compaction reclaims them (see docs/integrations/langgraph.md).

@@ -27,9 +27,13 @@ Invariants:
   dropped there too, so concurrent duplicates cannot both land.
 - Blob values are never copied into the views: a blob is read from the frame that holds it.
   ``BLOB_APPEND`` / ``BLOB_PATCH`` blobs name their base by stream seq, always a smaller one,
-  so resolving a chain terminates; chains are at most ``CHAIN_READ_MAX`` long on read, and
-  writers store a full value after ``CHAIN_LINKS_MAX`` deltas.
-- Everything read inside a transaction is decoded there; no transaction outlives a call.
+  so resolving a chain terminates; chains are at most ``CHAIN_READ_MAX`` long on read. Writers
+  take every delta against the channel's keyframe (a full blob) and store a new keyframe after
+  ``KEYFRAME_EVERY`` deltas: chains they write are one link long (logs written before keyframes
+  chained each delta onto the previous version, up to 256 links; they read unchanged).
+- Everything a read needs from a transaction is read there (frames, blob chains); no
+  transaction outlives a call. Values are decoded after it (:func:`materialize`), and bytes kept
+  across reads (:class:`Patches`) are keyed by stream seq, which never changes meaning.
 """
 
 from __future__ import annotations
