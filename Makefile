@@ -51,6 +51,8 @@ bench-smoke: $(STAMP_DEV)
 	$(PY) -m benchmarks.log_append --quick --json $(SMOKE_OUT)/log_append.json
 	$(PY) -m benchmarks.checkpoints --quick --out $(SMOKE_OUT)/checkpoints.json
 	$(PY) -m benchmarks.langgraph_growth --quick --out $(SMOKE_OUT)/langgraph_growth.json
+	$(PY) -m benchmarks.langgraph_read --quick --out $(SMOKE_OUT)/langgraph_read.json
+	$(PY) -m benchmarks.langgraph_read --quick --pg --out $(SMOKE_OUT)/langgraph_read_pg.json
 	$(PY) -m benchmarks.forensics --quick --out $(SMOKE_OUT)/forensics.json
 	$(PY) -m benchmarks.openarmature_fanout --quick --out $(SMOKE_OUT)/openarmature_fanout.json
 	$(PY) -m benchmarks.pg_compare --quick --out $(SMOKE_OUT)/pg_compare.json
@@ -60,6 +62,8 @@ bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.log_append
 	$(PY) -m benchmarks.checkpoints
 	$(PY) -m benchmarks.langgraph_growth
+	$(PY) -m benchmarks.langgraph_read
+	$(PY) -m benchmarks.langgraph_read --pg --out benchmarks/results/langgraph_read_pg.json
 	$(PY) -m benchmarks.forensics
 	$(PY) -m benchmarks.openarmature_fanout --sizes 1000
 	$(PY) -m benchmarks.pg_compare --doc  # the PostgreSQL section of docs/benchmarks.md

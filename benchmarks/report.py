@@ -663,6 +663,7 @@ def render(
     plots: dict[str, str],
     plot_note: str,
     pg_section: str | None = None,
+    lg_read_section: str | None = None,
 ) -> str:
     settings = payload["settings"]
     budgets = ", ".join(f"{k} {v:.0f} s" for k, v in settings["build_budget_s"].items())
@@ -741,7 +742,18 @@ def render(
             lines += ["Stopped at the time budget:", ""] + [f"- {n}" for n in partial] + [""]
     if pg_section:  # python -m benchmarks.pg_compare's own section, from its stored JSON
         lines += [pg_section.rstrip(), ""]
+    if lg_read_section:  # python -m benchmarks.langgraph_read's section, likewise
+        lines += [lg_read_section.rstrip(), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _langgraph_read_section() -> str | None:
+    """``benchmarks.langgraph_read``'s section from its stored JSON (it needs LangGraph)."""
+    try:
+        from benchmarks.langgraph_read import stored_section as lg_read  # noqa: PLC0415
+    except ImportError:
+        return None
+    return lg_read()
 
 
 def write_doc(
@@ -763,6 +775,7 @@ def write_doc(
             plots=plots,
             plot_note=note,
             pg_section=stored_section(pg_json) if pg_json is not None else None,
+            lg_read_section=_langgraph_read_section() if pg_json is not None else None,
         ),
         encoding="utf-8",
     )

@@ -25,6 +25,7 @@ from langgraph.types import Command, Send, interrupt
 
 from eventlog.frames import BLOB_APPEND, BLOB_FULL, LgCheckpoint
 from eventlog.integrations.langgraph import LmdbSaver
+from eventlog.integrations.langgraph_store import KEYFRAME_EVERY
 
 LOOP_STEPS = 500
 FAN_OUT = 500
@@ -416,11 +417,12 @@ def test_growing_list_is_stored_as_appends_with_bounded_chains(saver: LmdbSaver)
     graph.invoke({"n": 0, "items": []}, cfg("g"))
     kinds = blob_kinds(saver, "items")
     fulls = [i for i, k in enumerate(kinds) if k == BLOB_FULL]
-    # Full copies only when the deltas since the last one outweigh it twice: at geometrically
-    # spaced steps, so a handful for 300 steps, and the gaps between them grow.
-    assert 3 <= len(fulls) <= 10, fulls
+    # A full copy (keyframe) once the deltas since the last one would outweigh it twice, or
+    # after KEYFRAME_EVERY deltas: the gaps grow with the list, up to that bound.
     gaps = [b - a for a, b in itertools.pairwise(fulls)]
-    assert gaps[1:] == sorted(gaps[1:]), gaps
+    assert gaps == sorted(gaps), gaps
+    assert max(gaps) == KEYFRAME_EVERY + 1, gaps
+    assert len(fulls) <= 300 // (KEYFRAME_EVERY + 1) + 8, fulls
     assert graph.get_state(cfg("g")).values["items"] == list(range(300))
 
 

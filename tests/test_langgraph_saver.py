@@ -28,8 +28,8 @@ from eventlog.integrations.langgraph import (
     LmdbSaver,
 )
 from eventlog.integrations.langgraph_store import (
-    CHAIN_LINKS_MAX,
     CHECKPOINTS,
+    KEYFRAME_EVERY,
     checkpoint_key,
     parse_stream_key,
     stream_key,
@@ -139,18 +139,30 @@ def test_a_large_value_changed_a_little_is_stored_as_a_patch(saver: LmdbSaver) -
 
 
 def test_delta_chains_are_bounded(saver: LmdbSaver) -> None:
+    """Every delta is taken against a full blob (the keyframe), and a new keyframe comes after
+    ``KEYFRAME_EVERY`` deltas: any version reads from at most two frames."""
     t = Thread(saver, "t")
     items: list[int] = list(range(10_000))  # big, so appends stay under the 2x byte budget
-    for i in range(CHAIN_LINKS_MAX + 10):
+    configs = []
+    for i in range(3 * KEYFRAME_EVERY + 10):
         items = [*items, i]
-        t.put(items=items)
+        configs.append(t.put(items=items))
     k = kinds(saver, "items")
     run = longest = 0
     for kind in k:
         run = run + 1 if kind == BLOB_APPEND else 0
         longest = max(longest, run)
-    assert longest == CHAIN_LINKS_MAX
+    assert longest == KEYFRAME_EVERY
+    blobs = {
+        sf.seq: b
+        for sf in saver.log.read_stream(stream_key("t", ""))
+        if isinstance(sf.frame, LgCheckpoint)
+        for b in sf.frame.blobs
+    }
+    assert all(blobs[b.base].kind == BLOB_FULL for b in blobs.values() if b.kind == BLOB_APPEND)
     assert values_at(saver, t.last)["items"] == items
+    for i, c in enumerate(configs):
+        assert values_at(saver, c)["items"][10_000:] == list(range(i + 1))
 
 
 def test_a_delta_whose_base_was_deleted_is_stored_whole(saver: LmdbSaver) -> None:
@@ -392,15 +404,15 @@ def _ids_of_run(saver: LmdbSaver, thread: str, run: str) -> set[str]:
 def test_copy_thread_carries_only_the_live_history(saver: LmdbSaver) -> None:
     t = Thread(saver, "src")
     for i in range(10):
-        t.put(md={"run_id": "old" if i < 5 else "new"}, a=list(range(i)))
+        t.put(md={"run_id": "old" if i < 5 else "new"}, a=list(range(100 + i)))
     saver.delete_for_runs(["old"])
     saver.copy_thread("src", "dst")
     src = [(x.checkpoint["id"], x.checkpoint["channel_values"]) for x in saver.list(conf("src"))]
     dst = [(x.checkpoint["id"], x.checkpoint["channel_values"]) for x in saver.list(conf("dst"))]
     assert src == dst
     assert len(dst) == 5
-    # The removed checkpoints' frames hold the bases of the survivors' append chains, so they
-    # come along for their blobs and are removed again at the end; their writes do not.
+    # The first (removed) checkpoint holds the keyframe of the survivors' appends, so it
+    # comes along for its blob and is removed again at the end; its writes do not.
     old = _ids_of_run(saver, "src", "old")
     (again,) = removes(saver, "dst")
     assert again.reason == "copy_thread"

@@ -1,17 +1,21 @@
-"""LmdbSaver: a LangGraph ``BaseCheckpointSaver`` on the ckptlog event log.
+"""CkptlogSaver: a LangGraph ``BaseCheckpointSaver`` on the ckptlog event log.
 
-``graph.compile(checkpointer=LmdbSaver.open(path))`` works on the sync and the async paths.
+``graph.compile(checkpointer=CkptlogSaver.open(path))`` works on the sync and the async paths;
+``path`` is a directory (LMDB) or a ``postgresql://`` URL. ``LmdbSaver`` is the same class
+under its first name (it was named before the log ran on PostgreSQL too).
 Each ``(thread_id, checkpoint_ns)`` is one stream of the log (eventlog.integrations.
 langgraph_store), holding three frame kinds (eventlog.frames):
 
 - ``LgCheckpoint``: the checkpoint without channel values, its metadata, and a blob for every
   channel in ``new_versions`` only (keyed by channel and version, as LangGraph's in-memory saver
-  keys them). A blob is the full value, or a delta against the same channel's blob in an earlier
-  frame of the stream: ``append`` when the new value is a list that extends the previous one
-  (its first elements are the very objects stored before), ``patch`` (zstd with the previous
-  bytes as dictionary) when the bytes changed a little. A full blob is written again when the
-  deltas since the last full one outweigh it twice, or after ``CHAIN_LINKS_MAX`` deltas
-  (the storage side, framework-free, is eventlog.integrations.langgraph_store).
+  keys them). A blob is the full value, or a delta against the channel's keyframe (its last
+  full blob, in an earlier frame of the stream): ``append`` when the new value is a list that
+  extends the previous one (its first elements are the very objects stored before; the blob
+  holds every element since the keyframe), ``patch`` (zstd with the keyframe's bytes as
+  dictionary) when the bytes changed a little. A keyframe is written again when the deltas
+  since the last one outweigh it twice, or after ``KEYFRAME_EVERY`` deltas, so any version
+  reads from at most two frames (the storage side, framework-free, is
+  eventlog.integrations.langgraph_store).
 - ``LgWrites``: one ``put_writes`` call (one task), with its ``task_path``.
 - ``LgRemove``: a delete, ``delete_for_runs`` or prune, logged; the frames it removes stay in the
   log until compaction reclaims them (see docs/integrations/langgraph.md).
@@ -37,6 +41,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Final
 
 from langchain_core.runnables import RunnableConfig
@@ -66,14 +71,17 @@ from eventlog.integrations.langgraph_store import (
     RUNS,
     TABLES,
     BlobReader,
+    Chain,
     CopiedFrame,
     Memos,
+    Patches,
     PutFrame,
     RemoveFrame,
     ViewFrame,
     WritesFrame,
     checkpoint_rows,
     latest_checkpoint,
+    materialize,
     parse_stream_key,
     plan_blob,
     read_checkpoint_row,
@@ -96,6 +104,18 @@ LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
 PRUNE_STRATEGIES: Final = ("keep_latest", "delete")
 
 LOG_FRAME_TYPE: Any = Frame  # includes the LangGraph kinds
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A checkpoint tuple's parts as read in a transaction, not yet decoded."""
+
+    key: tuple[str, str, int]
+    cid: str
+    row: CkptRow
+    frame: LgCheckpoint
+    chains: list[tuple[str, Chain]]
+    writes: list[tuple[str, LgWrite]]
 
 
 def _configurable(config: Any, what: str) -> Any:
@@ -169,7 +189,7 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 # -- the saver ---------------------------------------------------------------------------------
 
 
-class LmdbSaver(BaseCheckpointSaver[str]):
+class CkptlogSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpoints as frames of an append-only log (LMDB by default).
 
     Thread-safe. Use one saver per process and path (LMDB opens an environment once per
@@ -191,6 +211,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         self.log = log
         self.identity_appends = identity_appends
         self._memos = Memos()
+        self._patches = Patches(log.frame_bytes_max)
 
     @classmethod
     def open(
@@ -201,7 +222,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         identity_appends: bool = True,
         **options: Any,
-    ) -> LmdbSaver:
+    ) -> CkptlogSaver:
         """Open (or create) the saver's log in directory ``path`` (``options`` go to
         :meth:`EventLog.open`)."""
         log = EventLog.open(
@@ -216,7 +237,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
     @classmethod
     def on_backend(
         cls, backend: Backend, *, serde: SerializerProtocol | None = None, **options: Any
-    ) -> LmdbSaver:
+    ) -> CkptlogSaver:
         """A saver on any backend (e.g. ``backends.memory.MemoryBackend()``)."""
         return cls(EventLog(backend, frame_type=LOG_FRAME_TYPE, **options), serde=serde)
 
@@ -225,13 +246,13 @@ class LmdbSaver(BaseCheckpointSaver[str]):
     def close(self) -> None:
         self.log.close()
 
-    def __enter__(self) -> LmdbSaver:
+    def __enter__(self) -> CkptlogSaver:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> LmdbSaver:
+    async def __aenter__(self) -> CkptlogSaver:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -303,8 +324,10 @@ class LmdbSaver(BaseCheckpointSaver[str]):
             return
         for channel, memo in op.memos:
             if memo is not None:
-                memo.seq = done.seq
+                memo.committed(done.seq)
                 self._memos.put(stream, channel, memo)
+        for channel, full in op.fulls:  # the bytes a read of this version (or a delta) needs
+            self._patches.keep((op.sid, done.seq, channel), full)
 
     def put(
         self,
@@ -485,7 +508,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         delta = metadata.get("counters_since_delta_snapshot") or {}
         if not delta:
             return keep
-        reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+        reader = self._reader(txn, sid, serde)
         versions = reader.versions(row.seq)
         need = {c for c in delta if c in versions and not reader.has_value(c, versions[c])}
         parent = row.parent_id
@@ -564,16 +587,17 @@ class LmdbSaver(BaseCheckpointSaver[str]):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _tuple(
+    def _read(
         self,
-        txn: ReadTxn,
-        serde: SerializerProtocol,
         key: tuple[str, str, int],
         cid: str,
         row: CkptRow,
-    ) -> CheckpointTuple:
-        tid, ns, sid = key
-        reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+        reader: BlobReader,
+    ) -> _Read:
+        """What the tuple of checkpoint ``cid`` is built from, read in ``reader`` 's transaction:
+        its frame, each channel's blob chain, its writes. A reader shared by the tuples of a
+        stream (``list``) reads each keyframe once for all of them."""
+        tid = key[0]
         frame = reader.frame(row.seq)
         if not isinstance(frame, LgCheckpoint) or frame.checkpoint_id != cid:
             raise CorruptFrame(
@@ -581,33 +605,35 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                 "which holds another frame; run LmdbSaver.verify()",
                 seq=row.seq,
             )
-        body = serde.loads_typed((frame.checkpoint_type, frame.checkpoint))
-        body["channel_versions"] = dict(frame.versions)
-        values: dict[str, Any] = {}
+        chains = []
         for channel, version in frame.versions.items():
-            found, value = reader.value(channel, version)
-            if found:
-                values[channel] = value
+            chain = reader.chain(channel, version)
+            if chain is not None:
+                chains.append((channel, chain))
+        return _Read(key, cid, row, frame, chains, self._writes(reader, cid))
+
+    def _build(self, read: _Read, serde: SerializerProtocol) -> CheckpointTuple:
+        """The tuple, decoded outside the transaction (so ``list`` holds raw bytes only)."""
+        tid, ns, sid = read.key
+        frame, row, loads = read.frame, read.row, serde.loads_typed
+        body = loads((frame.checkpoint_type, frame.checkpoint))
+        body["channel_versions"] = dict(frame.versions)
+        values = {ch: materialize(sid, chain, loads, self._patches) for ch, chain in read.chains}
         checkpoint: Checkpoint = {**body, "channel_values": values}  # type: ignore[typeddict-item]
         return CheckpointTuple(
-            config=_config(tid, ns, cid),
+            config=_config(tid, ns, read.cid),
             checkpoint=checkpoint,
-            metadata=serde.loads_typed((row.metadata_type, row.metadata)),
+            metadata=loads((row.metadata_type, row.metadata)),
             parent_config=None if row.parent_id is None else _config(tid, ns, row.parent_id),
-            pending_writes=self._pending_writes(reader, serde, cid, None),
+            pending_writes=[(task, w.channel, loads((w.type, w.data))) for task, w in read.writes],
         )
 
     @staticmethod
-    def _pending_writes(
-        reader: BlobReader,
-        serde: SerializerProtocol,
-        cid: str,
-        channels: set[str] | None,
-    ) -> list[PendingWrite]:
-        """The writes stored against ``cid`` in ``writes_sort_key`` order (of ``channels``)."""
+    def _writes(reader: BlobReader, cid: str) -> list[tuple[str, LgWrite]]:
+        """The writes stored against ``cid``, in ``writes_sort_key`` order."""
         rows = write_rows(reader.txn, reader.sid, cid)
         rows.sort(key=lambda r: writes_sort_key(r[2].task_path, r[0], r[1]))
-        out: list[PendingWrite] = []
+        out: list[tuple[str, LgWrite]] = []
         for task, idx, row in rows:
             frame = reader.frame(row.seq)
             if (
@@ -621,10 +647,25 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                     f"{row.seq} position {row.pos}, which holds another write; run verify()",
                     seq=row.seq,
                 )
-            w = frame.writes[row.pos]
-            if channels is None or w.channel in channels:
-                out.append((task, w.channel, serde.loads_typed((w.type, w.data))))
+            out.append((task, frame.writes[row.pos]))
         return out
+
+    def _pending_writes(
+        self,
+        reader: BlobReader,
+        serde: SerializerProtocol,
+        cid: str,
+        channels: set[str] | None,
+    ) -> list[PendingWrite]:
+        """The writes stored against ``cid`` in ``writes_sort_key`` order (of ``channels``)."""
+        return [
+            (task, w.channel, serde.loads_typed((w.type, w.data)))
+            for task, w in self._writes(reader, cid)
+            if channels is None or w.channel in channels
+        ]
+
+    def _reader(self, txn: ReadTxn, sid: int, serde: SerializerProtocol) -> BlobReader:
+        return BlobReader(self.log, txn, sid, serde.loads_typed, self._patches)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``checkpoint_id`` (else the newest one) of the namespace."""
@@ -644,19 +685,21 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                 if found is None:
                     return None
                 row = found
-            return self._tuple(txn, serde, (tid, ns, sid), cid, row)
+            read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
+        return self._build(read, serde)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
 
     def _list_keys(
         self,
+        txn: ReadTxn,
         config: RunnableConfig | None,
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> list[tuple[tuple[str, str, int], str]]:
-        """Which checkpoints ``list`` yields, newest first: ``((thread, ns, sid), id)``."""
+    ) -> list[tuple[tuple[str, str, int], str, CkptRow]]:
+        """Which checkpoints ``list`` yields, newest first: ``((thread, ns, sid), id, row)``."""
         if limit is not None and limit <= 0:
             return []
         only_id: str | None = None
@@ -671,35 +714,67 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         if before is not None:
             before_id = (before.get("configurable") or {}).get("checkpoint_id") or None
         serde = self.serde
-        found: list[tuple[tuple[str, str, int], str]] = []
-        with self.log.backend.read() as txn:
-            streams = [s for s in stream_ids(txn, thread) if ns is None or s[1] == ns]
-            for s in streams:
-                taken = 0
-                for cid, row in checkpoint_rows(txn, s[2], before=before_id):
-                    if only_id is not None and cid != only_id:
+        found: list[tuple[tuple[str, str, int], str, CkptRow]] = []
+        streams = [s for s in stream_ids(txn, thread) if ns is None or s[1] == ns]
+        for s in streams:
+            taken = 0
+            for cid, row in checkpoint_rows(txn, s[2], before=before_id):
+                if only_id is not None and cid != only_id:
+                    continue
+                if filter:
+                    md = serde.loads_typed((row.metadata_type, row.metadata))
+                    if not all(md.get(k) == v for k, v in filter.items()):
                         continue
-                    if filter:
-                        md = serde.loads_typed((row.metadata_type, row.metadata))
-                        if not all(md.get(k) == v for k, v in filter.items()):
-                            continue
-                    found.append((s, cid))
-                    taken += 1
-                    if limit is not None and taken >= limit:
-                        break  # no later row of this stream can make the cut
+                found.append((s, cid, row))
+                taken += 1
+                if limit is not None and taken >= limit:
+                    break  # no later row of this stream can make the cut
         if len(streams) > 1:
             found.sort(key=lambda f: f[1], reverse=True)
         return found if limit is None else found[:limit]
 
-    def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str]]) -> list[CheckpointTuple]:
+    def _reads(
+        self, txn: ReadTxn, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow | None]]
+    ) -> list[_Read]:
+        """The reads of ``keys`` in ``txn``; a ``None`` row is read again (skipped if gone)."""
         serde = self.serde
-        out: list[CheckpointTuple] = []
-        with self.log.backend.read() as txn:
-            for key, cid in keys:
-                row = read_checkpoint_row(txn, key[2], cid)
-                if row is not None:  # removed since it was listed
-                    out.append(self._tuple(txn, serde, key, cid, row))
+        out: list[_Read] = []
+        readers: dict[int, BlobReader] = {}
+        for key, cid, known in keys:
+            row = known if known is not None else read_checkpoint_row(txn, key[2], cid)
+            if row is None:  # removed since it was listed
+                continue
+            reader = readers.get(key[2])
+            if reader is None:
+                reader = readers[key[2]] = self._reader(txn, key[2], serde)
+            out.append(self._read(key, cid, row, reader))
         return out
+
+    def _list_first(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> tuple[list[tuple[tuple[str, str, int], str, CkptRow]], list[_Read]]:
+        """Every key ``list`` yields, and the reads of the first chunk, in one transaction."""
+        with self.log.backend.read() as txn:
+            keys = self._list_keys(txn, config, filter, before, limit)
+            return keys, self._reads(txn, keys[:LIST_CHUNK])
+
+    def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow]]) -> list[_Read]:
+        """Reads of a later chunk (a new transaction: rows are read again)."""
+        with self.log.backend.read() as txn:
+            return self._reads(txn, [(key, cid, None) for key, cid, _ in keys])
+
+    def _built(self, reads: Sequence[_Read]) -> list[CheckpointTuple]:
+        serde = self.serde
+        return [self._build(read, serde) for read in reads]
+
+    def _chunk_built(
+        self, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow]]
+    ) -> list[CheckpointTuple]:
+        return self._built(self._load_many(keys))
 
     def list(
         self,
@@ -710,10 +785,16 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first. ``config=None``: every thread; a config without
-        ``checkpoint_ns``: every namespace of the thread; ``filter`` matches metadata."""
-        keys = self._list_keys(config, filter, before, limit)
-        for i in range(0, len(keys), LIST_CHUNK):
-            yield from self._load_many(keys[i : i + LIST_CHUNK])
+        ``checkpoint_ns``: every namespace of the thread; ``filter`` matches metadata.
+
+        Read ``LIST_CHUNK`` checkpoints per transaction, each decoded as it is yielded."""
+        keys, reads = self._list_first(config, filter, before, limit)
+        serde = self.serde
+        for read in reads:
+            yield self._build(read, serde)
+        for i in range(LIST_CHUNK, len(keys), LIST_CHUNK):
+            for read in self._load_many(keys[i : i + LIST_CHUNK]):
+                yield self._build(read, serde)
 
     async def alist(
         self,
@@ -723,9 +804,11 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        keys = await asyncio.to_thread(self._list_keys, config, filter, before, limit)
-        for i in range(0, len(keys), LIST_CHUNK):
-            for tup in await asyncio.to_thread(self._load_many, keys[i : i + LIST_CHUNK]):
+        keys, reads = await asyncio.to_thread(self._list_first, config, filter, before, limit)
+        for tup in await asyncio.to_thread(self._built, reads):
+            yield tup
+        for i in range(LIST_CHUNK, len(keys), LIST_CHUNK):
+            for tup in await asyncio.to_thread(self._chunk_built, keys[i : i + LIST_CHUNK]):
                 yield tup
 
     def get_delta_channel_history(
@@ -750,7 +833,7 @@ class LmdbSaver(BaseCheckpointSaver[str]):
                 else:
                     target = read_checkpoint_row(txn, sid, cid)
             if sid is not None and target is not None:
-                reader = BlobReader(self.log, txn, sid, serde.loads_typed)
+                reader = self._reader(txn, sid, serde)
                 seen: set[str] = set()
                 parent = target.parent_id
                 while remaining and parent is not None and parent not in seen:
@@ -785,3 +868,6 @@ class LmdbSaver(BaseCheckpointSaver[str]):
         return await asyncio.to_thread(
             lambda: self.get_delta_channel_history(config=config, channels=channels)
         )
+
+
+LmdbSaver = CkptlogSaver  # the first name, kept: LmdbSaver.open(url) works on PostgreSQL too

@@ -1,0 +1,263 @@
+"""What a LangGraph read costs, pinned without timing: the frames one read decodes.
+
+``get_tuple`` (latest and by id) and each item of ``list`` must decode a number of frames
+bounded by a constant, whatever the thread's length: delta chains are bounded (keyframes) and
+``list`` reuses what it already read. Counted at the frame reader (``langgraph_store.
+read_frame``) on LMDB and on PostgreSQL, for a small state (a growing list, appended) and a
+large one (a 64 KiB document edited a little each step, patched).
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+import eventlog.integrations.langgraph_store as store
+from eventlog.frames import BLOB_APPEND, BLOB_FULL, LgBlob, LgCheckpoint
+from eventlog.integrations.langgraph import CkptlogSaver, LmdbSaver
+
+# A read decodes the checkpoint's frame, for each of its 2 channels at most the frame holding
+# the blob and the keyframe it is a delta of, and the frame of the step's writes.
+GET_FRAMES_MAX = 1 + 2 * 2 + 1
+LIST_FRAMES_PER_ITEM_MAX = 3.0
+SHORT, LONG = 12, 200
+DOC_BYTES = 64 << 10
+
+
+def conf(thread: str, cid: str | None = None) -> Any:
+    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if cid is not None:
+        c["checkpoint_id"] = cid
+    return {"configurable": c}
+
+
+def ckpt(values: dict[str, Any], versions: dict[str, Any], step: int) -> Checkpoint:
+    cp = empty_checkpoint()
+    cp["id"] = str(uuid6(clock_seq=step))
+    cp["channel_values"] = values
+    cp["channel_versions"] = versions
+    return cp
+
+
+def small_state() -> Callable[[int], dict[str, Any]]:
+    items: list[Any] = []
+
+    def state(i: int) -> dict[str, Any]:
+        nonlocal items
+        items = [*items, {"i": i, "text": f"message {i}"}]  # appended: same element objects
+        return {"items": items, "n": i}
+
+    return state
+
+
+def large_state() -> Callable[[int], dict[str, Any]]:
+    rng = random.Random(5)
+    doc = "".join(rng.choice("abcdefgh \n") for _ in range(DOC_BYTES))
+
+    def state(i: int) -> dict[str, Any]:
+        nonlocal doc
+        at = rng.randrange(DOC_BYTES - 40)
+        doc = doc[:at] + f"edit {i:08d} " + doc[at + 14 :]  # a small edit of a 64 KiB value
+        return {"doc": doc, "n": i}
+
+    return state
+
+
+STATES = {"small": small_state, "large": large_state}
+
+
+def build(
+    saver: LmdbSaver, thread: str, steps: int, state: Callable[[int], dict[str, Any]]
+) -> tuple[list[str], dict[str, Any]]:
+    """``steps`` checkpoints, every channel changed each step, one task's writes on each."""
+    versions: dict[str, Any] = {}
+    cfg = conf(thread)
+    ids = []
+    values: dict[str, Any] = {}
+    for i in range(steps):
+        values = state(i)
+        new = {}
+        for ch in values:
+            versions[ch] = saver.get_next_version(versions.get(ch), None)
+            new[ch] = versions[ch]
+        meta = {"source": "loop", "step": i, "parents": {}}
+        cfg = saver.put(cfg, ckpt(values, dict(versions), i), meta, new)  # type: ignore[arg-type]
+        saver.put_writes(cfg, [("n", i + 1)], f"task-{i}")
+        ids.append(cfg["configurable"]["checkpoint_id"])
+    return ids, values
+
+
+class Counter:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        real = store.read_frame
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.n += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(store, "read_frame", counting)
+
+    def __call__(self, read: Callable[[], Any]) -> tuple[int, Any]:
+        self.n = 0
+        out = read()
+        return self.n, out
+
+
+def check_reads(writer: LmdbSaver, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    count = Counter(monkeypatch)
+    for steps in (SHORT, LONG):
+        thread = f"{kind}-{steps}"
+        ids, last = build(writer, thread, steps, STATES[kind]())
+        saver = LmdbSaver(writer.log)  # a reader that kept nothing of the writes (cold)
+        frames, tup = count(lambda: saver.get_tuple(conf(thread)))  # noqa: B023
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == last
+        assert tup.pending_writes == [(f"task-{steps - 1}", "n", steps)]
+        assert frames <= GET_FRAMES_MAX, f"get_tuple latest at {steps} steps: {frames} frames"
+        for cid in (ids[0], ids[len(ids) // 2], ids[-2]):
+            frames, tup = count(lambda: saver.get_tuple(conf(thread, cid)))  # noqa: B023
+            assert tup is not None
+            assert tup.config["configurable"]["checkpoint_id"] == cid
+            assert frames <= GET_FRAMES_MAX, f"get_tuple by id at {steps} steps: {frames} frames"
+        frames, page = count(lambda: list(saver.list(conf(thread), limit=20)))  # noqa: B023
+        assert [t.config["configurable"]["checkpoint_id"] for t in page] == ids[::-1][:20]
+        assert frames / len(page) <= LIST_FRAMES_PER_ITEM_MAX, f"list(limit=20): {frames}"
+        frames, every = count(lambda: list(saver.list(conf(thread))))  # noqa: B023
+        assert len(every) == steps
+        assert every[0].checkpoint["channel_values"] == last
+        assert frames / steps <= LIST_FRAMES_PER_ITEM_MAX, f"full list at {steps}: {frames}"
+
+
+@pytest.fixture
+def lmdb_saver(tmp_path: Path) -> Iterator[LmdbSaver]:
+    with LmdbSaver.open(tmp_path / "lg", durability="process") as saver:
+        yield saver
+
+
+@pytest.mark.parametrize("kind", sorted(STATES))
+def test_reads_decode_a_bounded_number_of_frames_on_lmdb(
+    lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    check_reads(lmdb_saver, monkeypatch, kind)
+    assert lmdb_saver.verify().ok
+
+
+@pytest.mark.parametrize("kind", sorted(STATES))
+def test_reads_decode_a_bounded_number_of_frames_on_postgres(
+    pg_schemas: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as saver:
+        check_reads(saver, monkeypatch, kind)
+        assert saver.verify().ok
+
+
+def test_a_log_with_the_old_long_chains_reads_and_new_writes_start_a_keyframe(
+    lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Logs written before keyframes chain each append onto the previous version (up to 256
+    links): they still read, and the next put of the thread stores a keyframe."""
+    saver = lmdb_saver
+    frames: list[tuple[int, Any]] = []
+    items: list[int] = []
+    parent = None
+    for seq in range(1, 301):
+        items.append(seq)
+        cid = str(uuid6(clock_seq=seq))
+        blob = (
+            LgBlob("items", seq, BLOB_FULL, *saver.serde.dumps_typed([seq]))
+            if seq == 1
+            else LgBlob("items", seq, BLOB_APPEND, *saver.serde.dumps_typed([seq]), seq - 1)
+        )
+        body = {k: v for k, v in ckpt({}, {}, seq).items() if k != "channel_values"}
+        body["id"] = cid
+        frames.append(
+            (
+                seq,
+                LgCheckpoint(
+                    checkpoint_id=cid,
+                    parent_id=parent,
+                    checkpoint_type=saver.serde.dumps_typed(body)[0],
+                    checkpoint=saver.serde.dumps_typed(body)[1],
+                    versions={"items": seq},
+                    metadata_type="msgpack",
+                    metadata=saver.serde.dumps_typed({"step": seq})[1],
+                    run_id=None,
+                    blobs=(blob,),
+                    saved_at=0.0,
+                ),
+            )
+        )
+        parent = cid
+    saver.import_frames("old", "", frames)
+    tup = saver.get_tuple(conf("old"))
+    assert tup is not None
+    assert tup.checkpoint["channel_values"]["items"] == items
+    assert [len(t.checkpoint["channel_values"]["items"]) for t in saver.list(conf("old"))] == list(
+        range(300, 0, -1)
+    )
+    count = Counter(monkeypatch)
+    grown = [*items, 301]
+    cfg = saver.put(
+        tup.config, ckpt({"items": grown}, {"items": 301}, 301), {"step": 301}, {"items": 301}
+    )
+    frames_read, tup = count(lambda: saver.get_tuple(cfg))
+    assert tup is not None
+    assert tup.checkpoint["channel_values"]["items"] == grown
+    assert frames_read <= GET_FRAMES_MAX
+    assert saver.verify().ok
+
+
+def test_the_saver_keeps_its_first_name() -> None:
+    assert LmdbSaver is CkptlogSaver
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_a_log_written_before_keyframes_reads_every_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/fixtures/lg-chain-log.mdb.gz was written by the code before keyframes (appends and
+    patches chained onto the previous version, 80 links): every checkpoint reads as written,
+    the views need no rebuild, and the next put starts a keyframe."""
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from make_lg_chain_log import states  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(FIXTURES))
+    (tmp_path / "log").mkdir()
+    with (
+        gzip.open(FIXTURES / "lg-chain-log.mdb.gz", "rb") as src,
+        (tmp_path / "log" / "data.mdb").open("wb") as dst,
+    ):
+        shutil.copyfileobj(src, dst)
+    with LmdbSaver.open(tmp_path / "log", durability="process") as saver:
+        assert saver.verify().ok
+        want = list(states())
+        got = [t.checkpoint["channel_values"] for t in saver.list(conf("old"))][::-1]
+        assert got == want
+        latest = saver.get_tuple(conf("old"))
+        assert latest is not None
+        assert latest.pending_writes == [(f"task-{len(want) - 1}", "n", len(want))]
+        values = {**want[-1], "items": [*want[-1]["items"], {"i": -1}], "n": -1}
+        versions = {
+            ch: saver.get_next_version(v, None)
+            for ch, v in latest.checkpoint["channel_versions"].items()
+        }
+        cfg = saver.put(latest.config, ckpt(values, versions, 999), {"step": 999}, versions)
+        count = Counter(monkeypatch)
+        frames, tup = count(lambda: LmdbSaver(saver.log).get_tuple(cfg))
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == values
+        assert frames <= GET_FRAMES_MAX
+        assert saver.verify().ok
