@@ -304,6 +304,13 @@ def _cell(row: Row | None, value: Callable[[Row], str], ratio_key: str | None) -
     return text
 
 
+def _latency_cell(row: Row) -> str:
+    if row.get("p999_us") is None:  # a run from before the histogram: p50 / p99 only
+        return f"{row['p50_us']:,.0f} / {row['p99_us']:,.0f}"
+    keys = ("p50_us", "p99_us", "p999_us", "max_us")
+    return " / ".join(f"{row[k]:,.0f}" for k in keys)
+
+
 def _extra(key: str, row: Row) -> str:
     extra = row.get("extra", {})
     return EXTRA_TABLES[key][1](extra[key]) if key in extra else "-"
@@ -332,7 +339,7 @@ def _table(
             cells = [_cell(r, lambda r: _primary_value(sc, r), "ratio") for r in by_param]
         elif what == "latency":
             cells = [
-                _cell(r, lambda r: f"{r['p50_us']:,.0f} / {r['p99_us']:,.0f}", None)
+                _cell(r, _latency_cell, None)
                 if r is None or r["status"] != "ok" or r.get("p50_us") is not None
                 else "-"
                 for r in by_param
@@ -353,7 +360,8 @@ def _table(
 TABLE_TITLES = {
     "primary": "{metric}; in parentheses, how many times better the ckptlog row compared with "
     "is ((=): the row is that ckptlog row)",
-    "latency": "latency per operation, p50 / p99 (µs)",
+    "latency": "latency per operation, p50 / p99 / p99.9 / max (µs, from a log-bucketed "
+    "histogram: benchmarks/histogram.py; p50 / p99 alone in runs before it)",
     "bytes": "bytes written per save (write system calls); in parentheses, this row's bytes / "
     "the compared ckptlog row's",
     **{k: title for k, (title, _) in EXTRA_TABLES.items()},
