@@ -48,6 +48,7 @@ from benchmarks.openloop import OPENLOOP
 from benchmarks.peers import PEER_NAMES, all_peers, select, user_peer
 from benchmarks.peers.base import Peer, describe
 from benchmarks.report import DOC, compute_targets, print_tables, write_doc
+from benchmarks.report_runs import print_run_tables
 from benchmarks.scenarios import SCENARIOS
 from benchmarks.sustained import SUSTAINED, parse_duration
 
@@ -324,6 +325,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     payload["targets"] = compute_targets(payload)
     print_tables(payload)
+    print_run_tables(payload)
     written = write_json(out_path, payload)
     print(f"\nwrote {written}")
     if args.doc:
