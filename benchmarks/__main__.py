@@ -357,6 +357,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     for name, sc in SCENARIOS.items():
         print(f"{name:<11} {sc.title}")
+    for name, sc in SUSTAINED.items():
+        print(f"{name:<11} --duration D: {sc.title} ({sc.name})")
+    print("limits      measured first in every run: fdatasync/s, MB/s, LMDB commits/s and rows/s")
     print()
     peers, missing = all_peers()
     for p in peers:
