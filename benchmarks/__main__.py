@@ -273,6 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         and duration is None
         and args.rate is None
         and args.load_seconds is None
+        and args.arrivals == "fixed"
     )
     out_path: Path = args.out or _default_out(quick, complete)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import queue
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -119,6 +120,10 @@ def open_loop(
     backlog_max = served = 0
     give_up = start + (offsets[-1] if offsets else 0.0) + drain_s
     end = start
+    # The scheduler needs the GIL to enqueue on time while the saver runs Python code: hand it
+    # over every 0.5 ms instead of every 5 ms for the run (its lateness is still measured: lag).
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch, 0.0005))
     scheduler.start()
     try:
         while True:
@@ -142,6 +147,7 @@ def open_loop(
             served += 1
     finally:
         scheduler.join()
+        sys.setswitchinterval(switch)
     return OpenLoopResult(
         offered=len(offsets),
         served=served,
@@ -280,6 +286,7 @@ class OpenLoop:
             "backlog_max": r.backlog_max,
             "service_p50_us": service["p50_us"] or 0.0,
             "service_p99_us": service["p99_us"] or 0.0,
+            "scheduler_lag_p50_us": lag["p50_us"] or 0.0,
             "scheduler_lag_p99_us": lag["p99_us"] or 0.0,
             "scheduler_lag_max_us": lag["max_us"] or 0.0,
         }

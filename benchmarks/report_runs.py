@@ -161,15 +161,18 @@ def limits_section(payload: dict[str, Any], json_path: str, published: Path | No
         if not pub.get("limits"):
             rows = fsync_fractions(pub, limits)
             when = pub.get("environment", {}).get("timestamp_utc")
+            load = pub.get("environment", {}).get("loadavg_1_5_15")
             if rows:
                 lines += [
                     f"*The fsync-bound figures of the sections above (`{shown(published)}`, "
-                    f"run {when}, which predates the limits) against the limits above, measured "
-                    "in a later run: fsync latency on this shared virtual disk varies by more "
-                    "than 10x within minutes, so read these as orders of magnitude; a full "
-                    "`run --doc` prints both from one run. Above 1: several saves per commit "
-                    "(group commit in `concurrent`); batched `fanout` rows commit every 32 "
-                    "saves, against a ceiling of 256 rows per commit.*",
+                    f"run {when} at load {load}, which predates the limits) against the limits "
+                    f"above, measured in a later run at load {limits.get('loadavg_before')}: "
+                    "fsync latency on this shared virtual disk varies by more than 10x with "
+                    "the load, so these fractions are only as good as the two loads are alike "
+                    "(a fraction above 1 can also mean several saves per commit: group commit "
+                    "in `concurrent`; batched `fanout` rows commit every 32 saves, against a "
+                    "ceiling of 256 rows per commit); a full `run --doc` prints every fraction "
+                    "from one run.*",
                     "",
                     *_md(headers, rows, "lllrrr"),
                     "",
@@ -189,8 +192,9 @@ interval's rate over the first's. `sustained-instances` runs the `instances` pat
 subprocess per row: fan-outs of `job_n` instances back to back (a new invocation each, its
 N-instance record saved when it starts, inside the clock), each instance's result saved as it
 completes and committed every 256 rows; its latency is per batch of 256 rows (the commit's stall
-is the tail a job sees). The machine's limits are measured again at the end of a sustained run,
-so a decay can be told apart from the machine changing under it."""
+is the tail a job sees). Rows run one after the other (a long run cannot be interleaved), so
+each row met the machine as it was then: the limits are measured at the start and again at the
+end of a sustained run, so a decay can be told apart from the machine changing under it."""
 
 
 def _sustained_rows(sc: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -275,6 +279,10 @@ def sustained_section(name: str, payload: dict[str, Any], json_path: str, plot: 
         ),
         "",
     ]
+    findings = [f for _, row in _sustained_rows(sc) for f in sustained_findings(row)]
+    if findings:
+        lines += ["What the run shows (computed from the intervals):", ""]
+        lines += [f"- {f}" for f in findings] + [""]
     for _, row in _sustained_rows(sc):
         tl = row["runs"][0].get("timeline", [])
         lines += [f"*{row['label']}: per interval*", ""]
@@ -301,6 +309,38 @@ def sustained_section(name: str, payload: dict[str, Any], json_path: str, plot: 
         "```",
     ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def sustained_findings(row: dict[str, Any]) -> list[str]:
+    """Plain statements about one sustained row: decay beyond 20 %, memory growing with the
+    run, the worst stall."""
+    tl = row["runs"][0].get("timeline", [])
+    if len(tl) < 2:
+        return []
+    out = []
+    label, first, last = row["label"], tl[0], tl[-1]
+    decay = row.get("extra", {}).get("decay")
+    if decay is not None and not 0.8 <= decay <= 1.25:
+        out.append(
+            f"`{label}`: the last interval ran at {decay:.2f}x the first "
+            f"({last['rate']:,.0f} vs {first['rate']:,.0f}); read it against the limits at the "
+            "start and the end (a shared machine changes under a long run)."
+        )
+    rss0, rss1, store = first.get("rss_bytes"), last.get("rss_bytes"), last.get("store_bytes")
+    if rss0 and rss1 and rss1 > 2 * rss0 and store and rss1 > 1.5 * store:
+        per = (rss1 - rss0) / max(1, row["runs"][0]["ops"] - int(first["ops"]))
+        out.append(
+            f"`{label}`: the process's RSS grew from {_bytes(rss0)} to {_bytes(rss1)}, "
+            f"{rss1 / store:.1f}x the store on disk ({_bytes(store)}): about {per:,.0f} B "
+            "held in memory per row saved, growing with the run rather than bounded."
+        )
+    worst = max(tl, key=lambda p: p.get("max_us") or 0)
+    if worst.get("max_us"):
+        out.append(
+            f"`{label}`: the longest stall, {worst['max_us'] / 1e3:,.0f} ms, came in the "
+            f"interval {worst['t0_s']:,.0f}-{worst['t_s']:,.0f} s."
+        )
+    return out
 
 
 def _value(v: Any) -> str:
@@ -337,7 +377,18 @@ def plot_sustained(payload: dict[str, Any], plots_dir: Path) -> dict[str, str]:
             mid = [(p["t0_s"] + p["t_s"]) / 2 / 60 for p in tl]
             style = "-" if r["label"].startswith("ckptlog") else "--"
             ax.plot(mid, [p["rate"] for p in tl], style, marker="o", label=r["label"])
-            ax2.plot(mid, [p["store_bytes"] / (1 << 20) for p in tl], style, marker="o")
+            (line,) = ax2.plot(
+                mid, [p["store_bytes"] / (1 << 30) for p in tl], style, marker="o", label="store"
+            )
+            ax2.plot(
+                mid,
+                [p["rss_bytes"] / (1 << 30) for p in tl],
+                style,
+                marker="x",
+                color=line.get_color(),
+                alpha=0.6,
+                label="RSS",
+            )
         unit = "rows/s" if name == "sustained-instances" else "saves/s"
         ax.set_xlabel("minutes into the run")
         ax.set_ylabel(f"{unit} per interval")
@@ -345,9 +396,9 @@ def plot_sustained(payload: dict[str, Any], plots_dir: Path) -> dict[str, str]:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         ax2.set_xlabel("minutes into the run")
-        ax2.set_ylabel("store on disk (MiB)")
+        ax2.set_ylabel("GiB: store on disk (o), process RSS (x)")
         ax2.grid(True, alpha=0.3)
-        fig.suptitle(f"{name}: {unit} and store size over the run (solid: ckptlog)")
+        fig.suptitle(f"{name}: {unit}, store size and RSS over the run (solid: ckptlog)")
         fig.tight_layout()
         fname = f"{name}.png"
         fig.savefig(plots_dir / fname, dpi=110)
@@ -460,11 +511,26 @@ def openloop_section(payload: dict[str, Any], json_path: str) -> str:
                     _n(e.get("scheduler_lag_p99_us")),
                 ]
             )
+    lags = [
+        (r.get("extra", {}).get("scheduler_lag_p99_us") or 0.0, label, key)
+        for label, pts in by_label.items()
+        for key, r in pts.items()
+    ]
+    worst = max(lags, default=(0.0, "", ""))
+    if worst[0] > 10_000:
+        lines += [
+            f"The scheduler itself ran late at this load (p99 lag up to {worst[0] / 1e3:,.0f} ms, "
+            f"{worst[1]} at {worst[2]}): on a CPU-starved machine even the thread that issues "
+            "arrivals waits for a core. Latency still runs from the intended arrival, so that "
+            "wait is counted in the figures (as it would be for a client on the same machine), "
+            "and the low-load points are bounded below by it.",
+            "",
+        ]
     lines += [
         "*every point: offered and served saves/s, latency from the intended arrival p50 / p90 "
         "/ p99 / p99.9 / max (µs), the save's own service time p99, arrivals unserved, the "
-        "deepest backlog, and how late the scheduler enqueued (p99 µs: its own jitter, not "
-        "counted against the saves)*",
+        "deepest backlog, and how late the scheduler enqueued arrivals (p99 µs; inside the "
+        "latency, which runs from the intended time)*",
         "",
         *_md(
             [

@@ -24,10 +24,14 @@ def test_arrivals_keep_their_times_while_every_save_stalls() -> None:
     result = open_loop(lambda i: time.sleep(STALL_S), offsets, drain_s=5.0, keep_arrivals=True)
     assert result.offered == len(offsets) == 50
     assert result.served == 50
-    # The scheduler enqueued every arrival on time, though the saver fell ever further behind.
-    lateness = [actual - intended for intended, actual in result.arrivals]
+    # The scheduler enqueued every arrival on time, though the saver fell ever further behind:
+    # a scheduler waiting for the saves would enqueue the last arrival ~1 s late (49 x 20 ms).
+    # (Bounds leave room for a machine whose every thread waits for a core.)
+    lateness = sorted(actual - intended for intended, actual in result.arrivals)
     assert [i for i, _ in result.arrivals] == pytest.approx(offsets)
-    assert max(lateness) < 0.02, max(lateness)
+    assert lateness[len(lateness) // 2] < 0.05, lateness
+    assert lateness[-1] < 0.3, lateness
+    assert result.arrivals[-1][1] < 0.5 + 0.3  # the last arrival, due at 0.49 s
     assert result.backlog_max >= 25  # by the end most arrivals were waiting
     # Latency runs from the intended arrival: the last save waited for all the others, so it
     # is about 50 * 30 ms - 49 * 10 ms = 1.0 s, not the 30 ms a closed loop would report.
@@ -47,9 +51,11 @@ def test_arrivals_past_the_drain_are_unserved_with_their_wait() -> None:
 
 
 def test_a_fast_saver_sees_latency_near_its_service_time() -> None:
-    result = open_loop(lambda i: None, timetable(500.0, 0.2), drain_s=1.0)
-    assert result.served == result.offered == 100
-    assert result.latency.percentile(50) < 0.005
+    result = open_loop(lambda i: None, timetable(500.0, 1.0), drain_s=1.0)
+    assert result.served == result.offered == 500
+    # Timed from each arrival, not from the run's start (that would make the p50 ~0.5 s); the
+    # bound leaves room for a machine whose threads wait for a core.
+    assert result.latency.percentile(50) < 0.1
 
 
 def test_poisson_arrivals_come_from_the_seed() -> None:
@@ -106,16 +112,18 @@ class SleepyPeer(Peer):
 def test_the_openloop_scenario_reports_queueing_behind_a_peer_that_sleeps(tmp_path: Path) -> None:
     scenario = OpenLoop()
     scenario.rates = (RATE,)
-    scenario.seconds = 0.3
+    scenario.seconds = 0.5
     (param,) = scenario.params(quick=True)
     assert param.values["rate"] == RATE
     peer = SleepyPeer()
     sample = asyncio.run(scenario.run(Row(peer, ""), param, tmp_path, 0))
-    assert sample.extra["offered"] == 30
+    assert sample.extra["offered"] == 50
     assert sample.extra["offered_rate"] == RATE
-    assert sample.extra["scheduler_lag_p99_us"] < 20_000  # arrivals on time despite the stalls
+    # Arrivals on time despite the stalls (coupled to the saves, the last would be ~1 s late).
+    assert sample.extra["scheduler_lag_p50_us"] < 50_000
+    assert sample.extra["scheduler_lag_p99_us"] < 400_000
     assert sample.hist is not None
-    assert sample.hist.max_ns / 1e9 > 0.5  # ~30 * 30 ms - 29 * 10 ms of queueing
+    assert sample.hist.max_ns / 1e9 > 0.8  # ~50 * 30 ms - 49 * 10 ms of queueing
     assert sample.extra["service_p50_us"] < 60_000  # each save itself took ~30 ms
     assert sample.hist.max_ns / 1e3 > 5 * sample.extra["service_p50_us"]
     assert peer.sinks[0].saved == list(range(int(sample.ops)))
