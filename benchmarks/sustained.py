@@ -350,7 +350,7 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-SUSTAINED = {"instances": SustainedInstances(), "linear": SustainedLinear()}
+SUSTAINED: dict[str, Any] = {"instances": SustainedInstances(), "linear": SustainedLinear()}
 
 
 def main(argv: list[str] | None = None) -> int:
