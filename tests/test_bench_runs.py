@@ -209,3 +209,18 @@ def test_sustained_open_loop_and_compare_runs_end_to_end(tmp_path: Path) -> None
         assert text.count(heading) == 1, heading
     assert text.index("## `limits`") < text.index("## `linear`")
     assert "p99 at 150/s" in text
+
+
+def test_a_run_from_before_the_limits_is_set_against_its_own_raw_lmdb_rows() -> None:
+    """The published figures predate the limits: each fsync row is shown against the raw
+    py-lmdb row measured interleaved with it (what `lmdb_commit` measures)."""
+    from benchmarks.report_runs import in_run_fractions  # noqa: PLC0415
+
+    payload = _payload(
+        {"commit": 1.0, "cpu": 1.0},
+        [("ckptlog-fsync", "fsync", 2000), ("lmdb-raw-fsync", "fsync", 5000), ("p", "process", 9)],
+    )
+    (row,) = in_run_fractions(payload)
+    assert row[2] == "ckptlog-fsync"
+    assert row[-1] == "**0.40**"
+    assert "`lmdb-raw-fsync` (200 B state)" in row[-2]
