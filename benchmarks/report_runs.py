@@ -526,14 +526,19 @@ def openloop_section(payload: dict[str, Any], json_path: str) -> str:
                 continue
             offered = r.get("extra", {}).get("offered_rate")
             unserved = r.get("extra", {}).get("unserved")
+            served = r["rate_median"]
+            saturated = offered and served < 0.95 * offered
             cells.append(
                 f"**{_n(r.get('p99_us'))} µs** at {_n(offered)}/s"
+                + (f", saturated: {served:,.0f}/s served" if saturated else "")
                 + (f" ({unserved:,.0f} unserved)" if unserved else "")
             )
         table.append(cells)
     lines += [
         "*p99 latency (from the intended arrival) against offered load, per row; the offered "
-        "rate is a fraction of that row's own closed-loop maximum*",
+        "rate is a fraction of that row's own closed-loop maximum, measured first (a point "
+        "marked saturated served under 95 % of its offered rate: the store, or a machine "
+        "slower than when the maximum was measured, could not keep up, and the queue grew)*",
         "",
         *_md(headers, table, "ll" + "r" * (len(headers) - 2)),
         "",
