@@ -48,6 +48,9 @@ check: lint type test
 
 bench-smoke: $(STAMP_DEV)
 	$(PY) -m benchmarks run --quick
+	$(PY) -m benchmarks run --quick --duration 2s --backend ckptlog,sqlite-rows --out $(SMOKE_OUT)/sustained.json
+	$(PY) -m benchmarks run --quick --scenario openloop --rate 200,400 --arrivals poisson --seed 7 --backend ckptlog,sqlite-rows --out $(SMOKE_OUT)/rate.json
+	$(PY) -m benchmarks compare benchmarks/results/bench.json benchmarks/results/bench.quick.json
 	$(PY) -m benchmarks.log_append --quick --json $(SMOKE_OUT)/log_append.json
 	$(PY) -m benchmarks.checkpoints --quick --out $(SMOKE_OUT)/checkpoints.json
 	$(PY) -m benchmarks.langgraph_growth --quick --out $(SMOKE_OUT)/langgraph_growth.json

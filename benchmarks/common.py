@@ -60,6 +60,27 @@ def _filesystem(path: str) -> str | None:
     return best[1] if best else None
 
 
+def mount_of(path: str) -> dict[str, str] | None:
+    """The mount holding ``path`` (longest matching mount point) on Linux: its type, mount
+    point, device and options (``rw,relatime,...``: what decides what an fsync costs)."""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best: list[str] | None = None
+    for m in mounts:
+        if len(m) < 4:
+            continue
+        inside = real == m[1] or real.startswith(m[1].rstrip("/") + "/")
+        if inside and (best is None or len(m[1]) > len(best[1])):
+            best = m
+    if best is None:
+        return None
+    return {"type": best[2], "mount_point": best[1], "device": best[0], "options": best[3]}
+
+
 def _git() -> dict[str, Any]:
     def run(*args: str) -> str | None:
         try:
@@ -117,6 +138,7 @@ def environment(*, durability: str, data_dir: str) -> dict[str, Any]:
         "durability": durability,
         "data_dir": data_dir,
         "filesystem": _filesystem(data_dir),
+        "mount": mount_of(data_dir),
         "git": _git(),
     }
 

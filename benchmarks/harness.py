@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TextIO
 
-from benchmarks.common import median, percentile
+from benchmarks.common import median
+from benchmarks.histogram import Histogram
 from benchmarks.peers.base import Peer, row_label
 
 Status = Literal["ok", "n/a", "skipped", "error"]
@@ -48,6 +49,8 @@ class Sample:
     bytes_written: int | None = None
     extra: dict[str, float] = field(default_factory=dict)  # scenario-specific figures
     partial: bool = False  # stopped at a time budget: ``ops`` is what was done
+    hist: Histogram | None = None  # latencies recorded straight into a histogram (long runs)
+    timeline: list[dict[str, float]] = field(default_factory=list)  # sustained: per interval
 
     @property
     def rate(self) -> float:
@@ -108,6 +111,7 @@ class Cell:
                     "bytes_written": s.bytes_written,
                     **({"partial": True} if s.partial else {}),
                     **({"extra": s.extra} if s.extra else {}),
+                    **({"timeline": s.timeline} if s.timeline else {}),
                 }
                 for s in self.samples
             ]
@@ -123,7 +127,10 @@ def _round(x: float | None, digits: int = 4) -> float | None:
 
 def summarize(samples: Sequence[Sample]) -> dict[str, Any]:
     rates = [s.rate for s in samples]
-    lat = [x for s in samples for x in s.latencies]
+    lat = Histogram.of(x for s in samples for x in s.latencies)
+    for s in samples:
+        if s.hist is not None:
+            lat.merge(s.hist)
     per_op = [s.bytes_written / s.ops for s in samples if s.bytes_written is not None and s.ops]
     keys = [k for s in samples for k in s.extra]
     extra = {k: median([s.extra[k] for s in samples if k in s.extra]) for k in dict.fromkeys(keys)}
@@ -132,9 +139,7 @@ def summarize(samples: Sequence[Sample]) -> dict[str, Any]:
         "rate_median": median(rates),
         "rate_min": min(rates),
         "rate_max": max(rates),
-        "p50_us": percentile(lat, 50) * 1e6 if lat else None,
-        "p99_us": percentile(lat, 99) * 1e6 if lat else None,
-        "latency_samples": len(lat),
+        **lat.summary_us(),  # p50_us, p90_us, p99_us, p999_us, max_us, ...: see histogram.py
         "bytes_per_op": median(per_op) if per_op else None,
         **({"extra": extra} if extra else {}),
         **(

@@ -21,6 +21,8 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, print_table
 from benchmarks.pg_report import RESULTS as PG_RESULTS
 from benchmarks.pg_report import stored_section
+from benchmarks.report_runs import LIMITS_KEY, update_sections
+from benchmarks.report_runs import sections as run_sections
 
 DOC = REPO_ROOT / "docs" / "benchmarks.md"
 PLOTS_DIRNAME = "benchmarks"  # docs/benchmarks/*.png, next to the page
@@ -304,6 +306,13 @@ def _cell(row: Row | None, value: Callable[[Row], str], ratio_key: str | None) -
     return text
 
 
+def _latency_cell(row: Row) -> str:
+    if row.get("p999_us") is None:  # a run from before the histogram: p50 / p99 only
+        return f"{row['p50_us']:,.0f} / {row['p99_us']:,.0f}"
+    keys = ("p50_us", "p99_us", "p999_us", "max_us")
+    return " / ".join(f"{row[k]:,.0f}" for k in keys)
+
+
 def _extra(key: str, row: Row) -> str:
     extra = row.get("extra", {})
     return EXTRA_TABLES[key][1](extra[key]) if key in extra else "-"
@@ -332,7 +341,7 @@ def _table(
             cells = [_cell(r, lambda r: _primary_value(sc, r), "ratio") for r in by_param]
         elif what == "latency":
             cells = [
-                _cell(r, lambda r: f"{r['p50_us']:,.0f} / {r['p99_us']:,.0f}", None)
+                _cell(r, _latency_cell, None)
                 if r is None or r["status"] != "ok" or r.get("p50_us") is not None
                 else "-"
                 for r in by_param
@@ -353,7 +362,8 @@ def _table(
 TABLE_TITLES = {
     "primary": "{metric}; in parentheses, how many times better the ckptlog row compared with "
     "is ((=): the row is that ckptlog row)",
-    "latency": "latency per operation, p50 / p99 (µs)",
+    "latency": "latency per operation, p50 / p99 / p99.9 / max (µs, from a log-bucketed "
+    "histogram: benchmarks/histogram.py; p50 / p99 alone in runs before it)",
     "bytes": "bytes written per save (write system calls); in parentheses, this row's bytes / "
     "the compared ckptlog row's",
     **{k: title for k, (title, _) in EXTRA_TABLES.items()},
@@ -512,9 +522,11 @@ METHOD = """\
   (A B C, C B A, ...), so the drift of a shared machine spreads over all rows alike.
   `instances` runs each run in a fresh subprocess instead (no warm-up, at most 3 rounds from
   N = 200,000, a time budget per run: see its section).
-- Throughput is the median over the timed runs; p50 / p99 pool every timed operation of every
-  run; bytes written are the `wchar` of `/proc/self/io` (every byte the process handed to a
-  write system call, all threads; page-granular engines write whole pages) per save.
+- Throughput is the median over the timed runs; latency percentiles (p50 / p90 / p99 / p99.9 /
+  max) pool every timed operation of every run in a log-bucketed histogram
+  (`benchmarks/histogram.py`, under 0.8 % relative error); bytes written are the `wchar` of
+  `/proc/self/io` (every byte the process handed to a write system call, all threads;
+  page-granular engines write whole pages) per save.
 - Inputs are built before the timer: openarmature records (fan-out records with all N
   instances, each a fresh `FanOutInstanceProgress`, as the engine builds them), LangGraph
   checkpoints, techrevati states, and the garbage collector is run before every timed section
@@ -664,6 +676,7 @@ def render(
     plot_note: str,
     pg_section: str | None = None,
     lg_read_section: str | None = None,
+    extra_sections: dict[str, str] | None = None,
 ) -> str:
     settings = payload["settings"]
     budgets = ", ".join(f"{k} {v:.0f} s" for k, v in settings["build_budget_s"].items())
@@ -681,6 +694,9 @@ def render(
         "$ .venv/bin/python -m benchmarks run --scenario fanout --backend ckptlog,openarmature",
         "$ .venv/bin/python -m benchmarks run --scenario instances --peer mypkg.store:factory",
         "$ .venv/bin/python -m benchmarks report             # this page from the stored JSON",
+        "$ .venv/bin/python -m benchmarks run --duration 15m --scenario instances  # sustained",
+        "$ .venv/bin/python -m benchmarks run --scenario openloop --rate 2000      # open loop",
+        "$ .venv/bin/python -m benchmarks compare A.json B.json  # normalised by each run's limits",
         "```",
         "",
         "## Targets",
@@ -711,7 +727,13 @@ def render(
     ]
     if plot_note:
         lines += [f"> {plot_note}", ""]
+    extra_sections = extra_sections or {}  # benchmarks/report_runs.py: limits, sustained, ...
+    if LIMITS_KEY in extra_sections:
+        lines += [extra_sections[LIMITS_KEY], ""]
     for name, sc in payload["scenarios"].items():
+        if f"## `{name}`" in extra_sections:
+            lines += [extra_sections[f"## `{name}`"], ""]
+            continue
         lines += [f"## `{name}`: {sc['title']}", "", sc["description"], ""]
         if name == "instances":
             lines += [INSTANCES_NOTES, ""]
@@ -740,6 +762,11 @@ def render(
         partial = _partial_note(sc)
         if partial:
             lines += ["Stopped at the time budget:", ""] + [f"- {n}" for n in partial] + [""]
+    lines += [
+        text + "\n"
+        for key, text in extra_sections.items()
+        if key != LIMITS_KEY and not key.startswith("## `")
+    ]
     if pg_section:  # python -m benchmarks.pg_compare's own section, from its stored JSON
         lines += [pg_section.rstrip(), ""]
     if lg_read_section:  # python -m benchmarks.langgraph_read's section, likewise
@@ -760,12 +787,23 @@ def write_doc(
     payload: dict[str, Any], doc: Path, *, json_path: Path | str, pg_json: Path | None = PG_RESULTS
 ) -> Path:
     """Write ``doc`` (and its plots beside it) from ``payload``, with the PostgreSQL section
-    of ``pg_json`` (``benchmarks.pg_compare``'s last stored run) when that file exists."""
+    of ``pg_json`` (``benchmarks.pg_compare``'s last stored run) when that file exists.
+
+    A partial run (``complete`` false: some scenarios, some peers, ``--duration``, ``--rate``)
+    onto an existing page replaces only the sections it has and leaves the others as they
+    were (:func:`benchmarks.report_runs.update_sections`)."""
     plots_dir = doc.parent / PLOTS_DIRNAME
-    plots, note = plot(payload, plots_dir)
     shown = Path(json_path)
     with contextlib.suppress(ValueError):  # outside the repository: shown as given
         shown = shown.resolve().relative_to(REPO_ROOT)
+    if not payload.get("complete", True) and doc.exists():
+        return update_sections(
+            doc,
+            payload,
+            str(shown),
+            lambda: render(payload, json_path=str(shown), plots={}, plot_note=""),
+        )
+    plots, note = plot(payload, plots_dir)
     doc.parent.mkdir(parents=True, exist_ok=True)
     tmp = doc.with_name(doc.name + ".tmp")
     tmp.write_text(
@@ -776,6 +814,7 @@ def write_doc(
             plot_note=note,
             pg_section=stored_section(pg_json) if pg_json is not None else None,
             lg_read_section=_langgraph_read_section() if pg_json is not None else None,
+            extra_sections=run_sections(payload, str(shown), plots_dir, published=None),
         ),
         encoding="utf-8",
     )

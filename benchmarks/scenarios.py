@@ -1,10 +1,13 @@
-"""The seven scenarios: linear, fanout, concurrent, instances (writes); load, list, replay (reads).
+"""The scenarios: linear, fanout, concurrent, instances, openloop (writes); load, list, replay
+(reads).
 
-``instances`` lives in :mod:`benchmarks.instances`. Inputs are openarmature 0.17 records
-(``openarmature.checkpoint`` types, as the engine hands them to a checkpointer; ckptlog's own
-``eventlog.records`` types, the same shapes, when openarmature is not installed); peers with
-other APIs take the same state and ids in their own shape
-(:mod:`benchmarks.peers`). Everything is deterministic: states come from ``random.Random(0)``
+``instances`` lives in :mod:`benchmarks.instances`, ``openloop`` in :mod:`benchmarks.openloop`
+(the sustained runs of ``--duration`` in :mod:`benchmarks.sustained`).
+
+Inputs are openarmature 0.17 records (``openarmature.checkpoint`` types, as the engine hands
+them to a checkpointer; ckptlog's own ``eventlog.records`` types, the same shapes, when
+openarmature is not installed); peers with other APIs take the same state and ids in their own
+shape (:mod:`benchmarks.peers`). Everything is deterministic: states come from ``random.Random(0)``
 and timestamps from a fixed origin, so two runs save the same bytes.
 
 - ``state``: a dict of hex strings (about 2x compressible, like text) of the stated size, of
@@ -31,6 +34,7 @@ from typing import Any, Literal
 from benchmarks.common import process_write_bytes
 from benchmarks.harness import BudgetExceeded, Param, Row, Sample
 from benchmarks.instances import Instances
+from benchmarks.openloop import OPENLOOP
 from benchmarks.peers.base import FanOp, FanOutSetup, Peer, SaveOp, record_types
 
 T0 = 1_700_000_000.0  # saved_at of save 0; save k is T0 + k ms
@@ -534,5 +538,6 @@ SCENARIOS: dict[str, Any] = {
         Load(),
         ListInvocations(),
         Replay(),
+        OPENLOOP,  # benchmarks/openloop.py
     )
 }

@@ -27,6 +27,8 @@ from typing import Any, Literal, Protocol
 DurabilityKind = Literal["fsync", "process", "none"]
 Concurrency = Literal["async", "threads", "batch"]
 READ_SCENARIOS = ("load", "list", "replay")
+# Scenarios run through :meth:`Peer.instance_sink` (per-instance stores).
+INSTANCE_SCENARIOS = ("instances", "sustained-instances", "openloop")
 
 
 @dataclass(frozen=True)

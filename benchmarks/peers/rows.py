@@ -28,11 +28,14 @@ from typing import Any, ClassVar
 import lmdb
 import msgspec
 
-from benchmarks.peers.base import Durability, InstanceSink, Peer
+from benchmarks.peers.base import INSTANCE_SCENARIOS, Durability, InstanceSink, Peer
 
 U64 = struct.Struct(">Q")
 MAP_SIZE = 1 << 36  # sparse: reserves address space only
-ONLY_INSTANCES = "a hand-rolled per-instance store: only the instances scenario applies"
+ONLY_INSTANCES = (
+    "a hand-rolled per-instance store: only the instances scenarios (instances, "
+    "sustained-instances, openloop) apply"
+)
 _encode = msgspec.json.encode
 
 
@@ -50,7 +53,7 @@ class _RowsPeer(Peer):
         self.durability = Durability(durability, self.details[durability])  # type: ignore[arg-type]
 
     def unsupported(self, scenario: str, variant: str, param: Mapping[str, Any]) -> str | None:
-        return None if scenario == "instances" else ONLY_INSTANCES
+        return None if scenario in INSTANCE_SCENARIOS else ONLY_INSTANCES
 
     async def open(self, path: Path, *, batching: int = 0, build: bool = False) -> None:
         raise NotImplementedError(ONLY_INSTANCES)
