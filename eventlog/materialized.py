@@ -17,13 +17,13 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.codec import enc_hook
-from eventlog.frames import FanOutHeader, InstanceChange, Save
+from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot
 from eventlog.layout import U16, U32, U32X2, U64
 from eventlog.records import (
     NOT_STARTED,
@@ -56,6 +56,49 @@ class HeadRow(msgspec.Struct, frozen=True, array_like=True):
     snapshot_seq: int = 0
     chain_bytes: int = 0  # bytes of frames appended since the last snapshot
     snapshot_bytes: int = 0  # bytes of the last snapshot frame
+    # A paged snapshot in progress (eventlog.frames.InstancePage): the seq of its first frame
+    # (0: none), and where its next page starts (fan-out id, index).
+    paging_since: int = 0
+    page_fid: int = 0
+    page_next: int = 0
+
+
+class Book(NamedTuple):
+    """A head row's snapshot bookkeeping (the fields after ``next_fid``)."""
+
+    snapshot_seq: int = 0
+    chain_bytes: int = 0
+    snapshot_bytes: int = 0
+    paging_since: int = 0
+    page_fid: int = 0
+    page_next: int = 0
+
+
+def book_of(row: HeadRow | None) -> Book:
+    if row is None:
+        return Book()
+    return Book(
+        row.snapshot_seq, row.chain_bytes, row.snapshot_bytes,
+        row.paging_since, row.page_fid, row.page_next,
+    )  # fmt: skip
+
+
+def book_after(before: Book, frame: Any, seq: int, stored: int) -> tuple[Book, int]:
+    """The bookkeeping after checkpoint frame ``frame`` (stream seq ``seq``, ``stored`` bytes)
+    and the seq of the paged snapshot it completes (0: none). The writer and the view's
+    rebuild both call it, so their head rows agree byte for byte."""
+    if isinstance(frame, Snapshot):
+        return Book(seq, 0, stored), 0
+    page = getattr(frame, "page", None)
+    if page is None:
+        return before._replace(chain_bytes=before.chain_bytes + stored), 0
+    since = seq - page.back
+    if since < 1:  # its first frame is gone (compacted away): a plain save here
+        return Book(before.snapshot_seq, before.chain_bytes + stored, before.snapshot_bytes), 0
+    chain = stored if page.back == 0 else before.chain_bytes + stored
+    if page.last:  # complete: record_at may start at ``since`` from now on
+        return Book(seq, 0, chain), since
+    return Book(before.snapshot_seq, chain, before.snapshot_bytes, since, page.fid, page.stop), 0
 
 
 _enc = msgspec.msgpack.Encoder(enc_hook=enc_hook)  # as the caller's checks encode values
@@ -110,6 +153,10 @@ def read_head(txn: ReadTxn, sid: int, row: HeadRow | None = None) -> tuple[Head,
     return head, row
 
 
+def read_positions(txn: ReadTxn, sid: int) -> list[NodePosition]:
+    return [_dec_pos.decode(v) for _, v in txn.scan_prefix(POSITIONS, U64.pack(sid))]
+
+
 def read_instances(txn: ReadTxn, sid: int, hd: FanOutHeader) -> list[FanOutInstanceProgress]:
     """Every instance of fan-out ``hd`` from its rows (absent: not started), the rows read in
     bulk (:meth:`ReadTxn.prefix_rows`)."""
@@ -155,13 +202,12 @@ def write_save(
     delta: Save,
     head: Head,
     *,
-    snapshot_seq: int,
-    chain_bytes: int,
-    snapshot_bytes: int,
+    book: Book,
     rows_written: bool = False,
 ) -> HeadRow:
-    """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows
-    (``rows_written``: its instance rows are written already, by :func:`write_instances`)."""
+    """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows, with
+    snapshot bookkeeping ``book`` (``rows_written``: its instance rows are written already, by
+    :func:`write_instances`)."""
     k = U64.pack(sid)
     if delta.state is not None or delta.state_splice is not None:
         txn.put(BODIES, k + b"s", head.state)
@@ -200,9 +246,12 @@ def write_save(
         positions_count=len(head.positions),
         layout=tuple(s.header for s in head.slots),
         next_fid=head.next_fid,
-        snapshot_seq=snapshot_seq,
-        chain_bytes=chain_bytes,
-        snapshot_bytes=snapshot_bytes,
+        snapshot_seq=book.snapshot_seq,
+        chain_bytes=book.chain_bytes,
+        snapshot_bytes=book.snapshot_bytes,
+        paging_since=book.paging_since,
+        page_fid=book.page_fid,
+        page_next=book.page_next,
     )
     txn.put(HEADS, k, _enc.encode(row))
     return row
@@ -239,7 +288,7 @@ def write_instance_saves(
     delta: Save,
     *,
     seq: int,
-    chain_bytes: int,
+    book: Book,
     rows_written: bool = False,
 ) -> HeadRow:
     """Apply ``delta``, a frame of instance changes only (which leaves every field of the
@@ -250,7 +299,7 @@ def write_instance_saves(
     if not rows_written:
         _write_instances(txn, k, delta.instances)
     row = msgspec.structs.replace(
-        before, last_saved_at=delta.saved_at, kind=delta.kind, seq=seq, chain_bytes=chain_bytes
+        before, last_saved_at=delta.saved_at, kind=delta.kind, seq=seq, **book._asdict()
     )
     txn.put(HEADS, k, _enc.encode(row))
     return row
@@ -276,17 +325,70 @@ def full_save(head: Head) -> Save:
     )
 
 
-def write_snapshot_mark(txn: WriteTxn, sid: int, seq: int) -> None:
-    txn.put(SNAPSHOTS, U64.pack(sid) + U64.pack(seq), b"")
+def write_snapshot_mark(txn: WriteTxn, sid: int, seq: int, completed: int = 0) -> None:
+    """Mark a snapshot starting at ``seq``: a snapshot frame (``completed`` 0), or a paged
+    snapshot whose last page is at seq ``completed`` (the mark is written then)."""
+    txn.put(SNAPSHOTS, U64.pack(sid) + U64.pack(seq), U64.pack(completed) if completed else b"")
 
 
 def last_snapshot_at_or_before(txn: ReadTxn, sid: int, seq: int) -> int:
-    """The seq of the newest snapshot ``<= seq`` (1 when none: fold from the start)."""
+    """The seq where folding for the record at ``seq`` starts: the newest snapshot ``<= seq``
+    complete by ``seq`` (1 when none: fold from the start)."""
     k = U64.pack(sid)
-    for key, _ in txn.scan(SNAPSHOTS, k, k + U64.pack(seq + 1), reverse=True, limit=1):
-        found: int = U64.unpack_from(key, 8)[0]
-        return found
+    for key, v in txn.scan(SNAPSHOTS, k, k + U64.pack(seq + 1), reverse=True, limit=2):
+        if not v or U64.unpack(v)[0] <= seq:
+            found: int = U64.unpack_from(key, 8)[0]
+            return found
     return 1
+
+
+def page_at(layout: Iterable[FanOutHeader], fid: int, start: int) -> tuple[int, int] | None:
+    """Where a paged snapshot's page after ``(fid, start)`` begins in ``layout`` (fan-outs in
+    fid order), or ``None``: every instance is paged."""
+    for hd in sorted(layout, key=lambda h: h.fid):
+        if hd.fid == fid and start < hd.instance_count:
+            return fid, start
+        if hd.fid > fid and hd.instance_count > 0:
+            return hd.fid, 0
+    return None
+
+
+def read_page(
+    txn: ReadTxn,
+    sid: int,
+    hd: FanOutHeader,
+    start: int,
+    overlay: dict[int, bytes],
+    rows_max: int,
+    bytes_max: int,
+) -> tuple[int, list[tuple[int, bytes]]]:
+    """``(stop, rows)``: the instance rows of fan-out ``hd`` from index ``start`` (at most
+    ``rows_max`` rows or about ``bytes_max`` bytes; ``stop``: the first index not covered), as
+    ``(index, encoded progress)``, with ``overlay`` (a frame's changes not yet in the rows,
+    index -> encoded progress) applied; not-started instances are left out."""
+    prefix = U64.pack(sid) + U32.pack(hd.fid)
+    count = hd.instance_count
+    rows: dict[int, bytes] = {}
+    stop = count
+    size = 0
+    unpack = U32.unpack_from
+    for key, v in txn.scan(
+        FANOUT, prefix + U32.pack(start), prefix + U32.pack(count), limit=rows_max
+    ):
+        i: int = unpack(key, 12)[0]
+        rows[i] = v
+        size += len(v)
+        if len(rows) >= rows_max or size >= bytes_max:
+            stop = i + 1
+            break
+    rows.update((i, v) for i, v in overlay.items() if start <= i < stop)
+    return stop, sorted((i, v) for i, v in rows.items() if v != NOT_STARTED_ROW)
+
+
+def encoded(progress: Any) -> bytes:
+    """An instance's row bytes (``progress`` is a ``FanOutInstanceProgress`` or, in a batch,
+    already encoded as ``msgspec.Raw``)."""
+    return bytes(progress) if progress.__class__ is msgspec.Raw else _enc.encode(progress)
 
 
 _COMPLETED: Final = b"\xa9completed"  # an instance row's state, right after the array header

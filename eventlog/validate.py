@@ -33,7 +33,7 @@ import msgspec
 
 from eventlog.codec import check_lossless, enc_hook, encode_value, too_deep
 from eventlog.errors import EncodingError, InvalidRecord
-from eventlog.records import FanOutInstanceProgress
+from eventlog.records import FanOutInstanceProgress, instance_from
 
 STATES: Final = frozenset(("completed", "in_flight", "not_started"))
 _INT_MIN: Final = -(2**63)
@@ -451,3 +451,61 @@ def encode_progress(progress: FanOutInstanceProgress, index: int) -> bytes:
 
 
 _progress_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+
+
+_progress_decoder: Final = msgspec.msgpack.Decoder(FanOutInstanceProgress)
+
+
+def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[bytes]]:
+    """``save_instances``' items, each an ``(index, progress)`` pair, checked as a whole:
+    ``(indices, progresses, encoded progresses)``. Nothing is returned unless every item
+    passes; the first bad one raises what ``save_instance`` would for it, naming the item.
+
+    Fast when all are valid: the fields are checked in bulk, each progress is encoded and
+    decoded back in C, and an item whose decoded form equals it is lossless; only items that
+    differ go through the exact check (:func:`check_lossless`), so the same values are
+    refused with the same messages."""
+    if not all(it.__class__ is tuple and len(it) == 2 for it in items):
+        for k, it in enumerate(items):
+            if not isinstance(it, (tuple, list)) or len(it) != 2:
+                fail(f"items[{k}]", "an (index, FanOutInstanceProgress) pair", it)
+    indices = [it[0] for it in items]
+    progs = [it[1] for it in items]
+    fast = (
+        not indices
+        or (set(map(type, indices)) == {int} and min(indices) >= 0 and max(indices) < _INT_END)
+    ) and set(map(type, progs)) <= {FanOutInstanceProgress}
+    if fast:
+        fast = {x.state for x in progs} <= STATES and {
+            x.result_is_error.__class__ for x in progs
+        } <= {bool}
+    if fast:
+        for k, x in enumerate(progs):
+            inner = x.completed_inner_positions
+            if inner.__class__ is not tuple or inner:
+                _item_check(k, indices[k], x)
+    else:
+        for k, (index, x) in enumerate(zip(indices, progs, strict=True)):
+            _item_check(k, index, x)
+        progs = [x if x.__class__ is FanOutInstanceProgress else instance_from(x) for x in progs]
+    try:
+        raws = list(map(_progress_encoder.encode, progs))
+    except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
+        for index, x in zip(indices, progs, strict=True):
+            encode_progress(x, index)  # raises, naming the first that does not encode
+        raise
+    try:
+        same = list(map(_progress_decoder.decode, raws)) == progs
+    except msgspec.DecodeError:
+        same = False
+    if not same:
+        for index, x in zip(indices, progs, strict=True):
+            check_lossless(x.result, f"instances[{index}].result")
+    return indices, progs, raws
+
+
+def _item_check(k: int, index: Any, progress: Any) -> None:
+    try:
+        check_instance_save(index, progress, None)
+    except InvalidRecord as e:
+        raise InvalidRecord(f"save_instances items[{k}] (index {index!r}): {e}") from None
