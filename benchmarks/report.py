@@ -153,7 +153,7 @@ def compute_targets(payload: dict[str, Any]) -> Targets:
 
 
 def _instances_targets(payload: dict[str, Any]) -> Targets:
-    """Issue 17's targets for the ``instances`` scenario, per mode and N."""
+    """Issues 17 and 22's targets for the ``instances`` scenario, per mode, row and N."""
     sc = payload.get("scenarios", {}).get("instances")
     if not sc:
         return []
@@ -169,22 +169,36 @@ def _instances_targets(payload: dict[str, Any]) -> Targets:
     for mode in ("fsync", "process"):
         ours_label = f"ckptlog-{mode} · save_instance"
         for param in sc["params"]:
-            ours = _row(payload, "instances", param["key"], ours_label)
-            for peer, goal in (("sqlite-rows", 1.5), ("lmdb-rows", 0.5)):
-                row = _row(payload, "instances", param["key"], f"{peer}-{mode}")
-                r = row.get("ratio") if row and _ok(row) else None
-                out.append(
-                    _target(
-                        f"instances {param['label']} {mode} vs {peer}",
-                        f"{ours_label} rows/s / {peer}-{mode} rows/s",
-                        r,
-                        f">= {goal}",
-                        None if r is None else r >= goal,
-                        note(ours, row),
+            if param["values"]["n"] > 1_000_000:
+                continue  # peers stop at 1,000,000
+            for variant, goals in (
+                ("save_instance", (("sqlite-rows", 1.2), ("lmdb-rows", 0.5))),
+                ("save_instances", (("sqlite-rows", 1.5), ("lmdb-rows", 0.6))),
+            ):
+                label = f"ckptlog-{mode} · {variant}"
+                ours = _row(payload, "instances", param["key"], label)
+                for peer, goal in goals:
+                    row = _row(payload, "instances", param["key"], f"{peer}-{mode}")
+                    r = (
+                        ours["rate_median"] / row["rate_median"]
+                        if ours and row and _ok(ours) and _ok(row)
+                        else None
                     )
-                )
+                    out.append(
+                        _target(
+                            f"instances {param['label']} {mode} {variant} vs {peer}",
+                            f"{label} rows/s / {peer}-{mode} rows/s",
+                            r,
+                            f">= {goal}",
+                            None if r is None else r >= goal,
+                            note(ours, row),
+                        )
+                    )
+        out += _scale_targets(payload, sc, mode)
         pts: list[tuple[dict[str, Any], Row]] = []
         for p in sc["params"]:
+            if p["values"]["n"] > 1_000_000:
+                continue  # the scale run has targets of its own
             r = _row(payload, "instances", p["key"], ours_label)
             if r is not None and _ok(r):
                 pts.append((p, r))
@@ -233,6 +247,68 @@ def _instances_targets(payload: dict[str, Any]) -> Targets:
                             note(r),
                         )
                     )
+    return out
+
+
+def _scale_targets(payload: dict[str, Any], sc: dict[str, Any], mode: str) -> Targets:
+    """Issue 22's targets for the one-invocation scale run (N >= 10,000,000)."""
+    out: Targets = []
+    for p in sc["params"]:
+        if p["values"]["n"] < 10_000_000:
+            continue
+        for variant in ("save_instance", "save_instances"):
+            label = f"ckptlog-{mode} · {variant}"
+            r = _row(payload, "instances", p["key"], label)
+            if r is None or not _ok(r):
+                continue
+            extra = r.get("extra", {})
+            done = not r.get("partial_runs")
+            out.append(
+                _target(
+                    f"instances {p['label']} {mode} {variant} completes",
+                    f"{label}: every row saved in one invocation, default options",
+                    1.0 if done else 0.0,
+                    "= 1",
+                    done,
+                )
+            )
+            first, last = extra.get("first_million_rows_s"), extra.get("last_million_rows_s")
+            if first and last:
+                out.append(
+                    _target(
+                        f"instances {p['label']} {mode} {variant} last / first million",
+                        f"{label}: rows/s of the last million / of the first",
+                        last / first,
+                        ">= 0.8",
+                        last / first >= 0.8,
+                    )
+                )
+            for key, name, scale, goal in (
+                ("peak_rss_bytes", "peak RSS (GiB)", 1 / (1 << 30), 2.0),
+                ("largest_frame_bytes", "largest frame (MiB)", 1 / (1 << 20), 16.0),
+                ("load_ms", "head load after the run (s)", 1e-3, 3.0),
+            ):
+                if key in extra:
+                    v = extra[key] * scale
+                    out.append(
+                        _target(
+                            f"instances {p['label']} {mode} {variant} {name}",
+                            label,
+                            v,
+                            f"<= {goal}",
+                            v <= goal,
+                        )
+                    )
+            if "verify_s" in extra:
+                out.append(
+                    _target(
+                        f"instances {p['label']} {mode} {variant} verify passes",
+                        f"{label}: verify() of the log after the run ({extra['verify_s']:.0f} s)",
+                        extra.get("verify_ok", 0.0),
+                        "= 1",
+                        extra.get("verify_ok") == 1.0,
+                    )
+                )
     return out
 
 

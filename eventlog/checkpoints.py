@@ -71,6 +71,7 @@ from eventlog.materialized import (
     HeadRow,
     book_after,
     book_of,
+    change_array,
     corr_prefix,
     decode_row,
     delete_rows,
@@ -84,6 +85,7 @@ from eventlog.materialized import (
     read_positions,
     read_row,
     summary,
+    write_instance_rows,
     write_instance_saves,
     write_instances,
     write_save,
@@ -104,12 +106,14 @@ from eventlog.records import (
 )
 from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
+    STATES,
     RecordChecker,
     check_fan_out_key,
     check_instance_items,
     check_instance_save,
     encode_progress,
     fail,
+    quick_progress,
 )
 from projections.records import (
     Head,
@@ -137,6 +141,7 @@ HEAD_ROWS_CACHED_MAX: Final = 1 << 16  # a bigger head is not kept by save_insta
 SNAPSHOT_INSTANCES_MAX: Final = 1 << 16  # a head with more instances is snapshotted in pages,
 SNAPSHOT_BYTES_MAX: Final = 4 << 20  # as is one whose last snapshot frame was bigger than this
 PAGE_ROWS_MAX: Final = 4096  # instance rows per page of a paged snapshot, at most
+PAGE_ROWS_MIN: Final = 256  # and at least (a page holds about twice its frame's changes)
 PAGE_BYTES_MAX: Final = 1 << 20  # and about this many bytes
 INLINE_LOAD_ROWS_MAX: Final = 256  # async load reads at most this many rows (or KiB of state)
 # on the event loop; a bigger record loads on a worker thread
@@ -149,6 +154,7 @@ class _TooBig:
 TOO_BIG: Final = _TooBig()
 
 U64_LEN = 8
+INDEX_END: Final = 2**63  # an index is an int64 (eventlog.validate)
 CATCH_UP_FRAMES_MIN: Final = 16  # a stale cached head folds up to this many newer frames,
 CATCH_UP_ROWS_PER_FRAME: Final = 4  # or one per this many rows a reload would read, if more
 
@@ -209,7 +215,9 @@ class _HeadFrame(DeferredFrame):
                     positions_from=0,
                     positions=tuple(head.positions),
                 )
-            frame = owner._with_page(txn, sid, seq, before_row, frame, layout, head.next_fid)
+            frame = owner._with_page(
+                txn, sid, seq, before_row, frame, layout, head.next_fid, self.overlay(frame)
+            )
             as_snapshot = False
         self.plan = (before_row, frame, head, as_snapshot)
         if not as_snapshot:
@@ -226,8 +234,16 @@ class _HeadFrame(DeferredFrame):
         return None
 
     def rows_written(self) -> bool:
-        """Whether the delta's instance rows were written before the lock."""
+        """Whether the delta's instance rows are written apart from ``write_save``."""
         return False
+
+    def overlay(self, frame: Save) -> dict[int, dict[int, bytes]]:
+        """The frame's instance changes by fan-out id, index -> encoded progress (the later
+        change wins)."""
+        out: dict[int, dict[int, bytes]] = {}
+        for ch in frame.instances:
+            out.setdefault(ch.fid, {})[ch.index] = encoded(ch.progress)
+        return out
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         assert self.plan is not None
@@ -299,7 +315,7 @@ class _InstanceSaves(_HeadFrame):
     ``flush()``, so it never takes the rest of its batch down with it.
     """
 
-    __slots__ = ("bytes", "changes", "early", "rejected", "strict")
+    __slots__ = ("bytes", "changes", "early", "mixed", "rejected", "rows", "strict")
 
     def __init__(self, owner: CheckpointLog, change: _InstanceChange) -> None:
         super().__init__(owner)
@@ -308,6 +324,9 @@ class _InstanceSaves(_HeadFrame):
         self.rejected: list[InvalidRecord] = []
         self.early: tuple[FanOutHeader, ...] | None = None  # the layout rows were written by
         self.strict = False  # a save_instances call's: all of it or nothing, takes no others
+        self.mixed = False  # changes of more than one fan-out key
+        # (fid, indices, encoded progresses) of a frame built at C speed: its rows
+        self.rows: tuple[int, list[int], list[bytes]] | None = None
 
     @classmethod
     def of_call(cls, owner: CheckpointLog, changes: list[_InstanceChange]) -> _InstanceSaves:
@@ -317,10 +336,7 @@ class _InstanceSaves(_HeadFrame):
         batch.changes = changes
         batch.bytes = sum(len(ch.raw) for ch in changes) + INSTANCE_OVERHEAD_BYTES * len(changes)
         batch.strict = True
-        return batch
-
-    def rows_written(self) -> bool:
-        return self.early is not None
+        return batch  # one key: the call's
 
     def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
         return frame.instances, frame.instance_saved_at or (frame.saved_at,)
@@ -355,9 +371,11 @@ class _InstanceSaves(_HeadFrame):
         if self.strict:
             return False
         changes = self.changes
-        size = self.bytes + value.size
+        size = self.bytes + len(value.raw) + INSTANCE_OVERHEAD_BYTES
         if len(changes) >= BATCH_CHANGES_MAX or size > self.owner.batch_bytes_max:
             return False
+        if value.key is not changes[0].key:
+            self.mixed = True
         changes.append(value)
         self.bytes = size
         return True
@@ -399,7 +417,9 @@ class _InstanceSaves(_HeadFrame):
                     positions_from=0,
                     positions=tuple(read_positions(txn, sid)),
                 )
-            frame = owner._with_page(txn, sid, seq, row, frame, row.layout, row.next_fid)
+            frame = owner._with_page(
+                txn, sid, seq, row, frame, row.layout, row.next_fid, self.overlay(frame)
+            )
         self.plan = (row, frame, None, False)
         return frame
 
@@ -427,8 +447,30 @@ class _InstanceSaves(_HeadFrame):
         """The frame of the changes the layout takes (the rest go to ``rejected``), each also
         applied to ``slots`` (the writer's head) when given."""
         self.rejected = rejected = []
+        self.rows = None
+        batch = self.changes
+        key = batch[0].key
+        hd = headers.get(key)
+        if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
+            indices = [ch.index for ch in batch]
+            if min(indices) >= 0 and max(indices) < hd.instance_count:
+                raws = [ch.raw for ch in batch]
+                times = [ch.saved_at for ch in batch]
+                if slots is not None:
+                    slot = slots[hd.fid]
+                    insts = slot.instances
+                    for ch in batch:
+                        insts[ch.index] = ch.progress
+                    slot.src = None
+                self.rows = (hd.fid, indices, raws)
+                return Save(
+                    kind="fan_out_internal",
+                    saved_at=times[-1],
+                    instances=msgspec.Raw(change_array(hd.fid, indices, raws)),  # type: ignore[arg-type]
+                    instance_saved_at=tuple(times) if len(times) > 1 else (),
+                )
         changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
-        times: list[float] = []
+        times = []
         for ch in self.changes:
             hd = headers.get(ch.key)
             if hd is None or not 0 <= ch.index < hd.instance_count:
@@ -459,9 +501,21 @@ class _InstanceSaves(_HeadFrame):
             instance_saved_at=tuple(times) if len(times) > 1 else (),
         )
 
+    def rows_written(self) -> bool:
+        return self.early is not None or self.rows is not None
+
+    def overlay(self, frame: Save) -> dict[int, dict[int, bytes]]:
+        if self.rows is None:
+            return super().overlay(frame)
+        fid, indices, raws = self.rows
+        return {fid: dict(zip(indices, raws, strict=True))}
+
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         assert self.plan is not None
         before_row, frame, head, _ = self.plan
+        if self.rows is not None and self.early is None:
+            fid, indices, raws = self.rows
+            write_instance_rows(txn, self.owner._sid_of(done), fid, indices, raws)
         if head is None:  # built against the row alone: no head to cache
             assert before_row is not None
             sid = self.owner._sid_of(done)
@@ -472,7 +526,7 @@ class _InstanceSaves(_HeadFrame):
                 frame,
                 seq=done.seq,
                 book=_book_after(txn, sid, before_row, frame, done),
-                rows_written=self.early is not None,
+                rows_written=self.rows_written(),
             )
         else:
             super().appended(txn, done)
@@ -735,6 +789,7 @@ class CheckpointLog:
         frame: Save,
         layout: tuple[FanOutHeader, ...],
         next_fid: int,
+        overlays: dict[int, dict[int, bytes]],
     ) -> Save:
         """``frame`` carrying the next page of the paged snapshot in progress in ``row`` (or
         its first page, when none is: then the rest of ``frame`` restates the record): the
@@ -750,17 +805,18 @@ class CheckpointLog:
             )
         fid, start = at
         hd = next(h for h in layout if h.fid == fid)
-        overlay = {ch.index: encoded(ch.progress) for ch in frame.instances if ch.fid == fid}
-        stop, rows = read_page(
-            txn, sid, hd, start, overlay, self.page_rows_max, self.page_bytes_max
-        )
-        raw = msgspec.Raw
+        overlay = overlays.get(fid, {})
+        # Pages follow the saves: a page of about twice the frame's changes (at least
+        # PAGE_ROWS_MIN) keeps paging a fixed share of each save's cost, whatever N.
+        changed = sum(map(len, overlays.values()))
+        rows_max = min(self.page_rows_max, max(PAGE_ROWS_MIN, 2 * changed))
+        stop, _, raw = read_page(txn, sid, hd, start, overlay, rows_max, self.page_bytes_max)
         page = InstancePage(
             back,
             fid,
             start,
             stop,
-            tuple([_RawChange(fid, i, raw(v)) for i, v in rows]),  # type: ignore[misc]
+            msgspec.Raw(raw),  # type: ignore[arg-type]  # encodes as the InstanceChange array
             page_at(layout, fid, stop) is None,
             **extra,
         )
@@ -846,6 +902,29 @@ class CheckpointLog:
         """Validate one ``save_instance`` call. The invocation id and the fan-out's name,
         namespace and lineage are checked once for a run of calls passing the same objects
         (as a loop over a fan-out's items does); each call's index and progress are checked."""
+        if (
+            progress.__class__ is FanOutInstanceProgress
+            and index.__class__ is int
+            and 0 <= index < INDEX_END
+            and invocation_id is self._last_stream
+            and saved_at is None
+        ):  # the common call, checked inline (the same checks, the same outcome)
+            cached = self._last_key
+            state = progress.state
+            inner = progress.completed_inner_positions
+            if (
+                cached[0] is fan_out_node_name
+                and cached[1] is namespace
+                and cached[2] is lineage
+                and state.__class__ is str
+                and state in STATES
+                and progress.result_is_error.__class__ is bool
+                and inner.__class__ is tuple
+                and not inner
+            ):
+                raw = quick_progress(progress)
+                if raw is not None:
+                    return _InstanceChange(cached[3], index, progress, time.time(), raw)
         key = self._fan_out_key(invocation_id, fan_out_node_name, namespace, lineage)
         check_instance_save(index, progress, saved_at)
         conv = progress if progress.__class__ is FanOutInstanceProgress else instance_from(progress)

@@ -465,26 +465,31 @@ def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[b
     decoded back in C, and an item whose decoded form equals it is lossless; only items that
     differ go through the exact check (:func:`check_lossless`), so the same values are
     refused with the same messages."""
-    if not all(it.__class__ is tuple and len(it) == 2 for it in items):
+    if not items:
+        return [], [], []
+    if set(map(type, items)) != {tuple} or set(map(len, items)) != {2}:
         for k, it in enumerate(items):
             if not isinstance(it, (tuple, list)) or len(it) != 2:
                 fail(f"items[{k}]", "an (index, FanOutInstanceProgress) pair", it)
-    indices = [it[0] for it in items]
-    progs = [it[1] for it in items]
+    indices = list(map(_first, items))
+    progs = list(map(_second, items))
     fast = (
-        not indices
-        or (set(map(type, indices)) == {int} and min(indices) >= 0 and max(indices) < _INT_END)
-    ) and set(map(type, progs)) <= {FanOutInstanceProgress}
+        set(map(type, indices)) == {int}
+        and min(indices) >= 0
+        and max(indices) < _INT_END
+        and set(map(type, progs)) <= {FanOutInstanceProgress}
+    )
     if fast:
-        fast = {x.state for x in progs} <= STATES and {
-            x.result_is_error.__class__ for x in progs
-        } <= {bool}
-    if fast:
-        for k, x in enumerate(progs):
-            inner = x.completed_inner_positions
-            if inner.__class__ is not tuple or inner:
-                _item_check(k, indices[k], x)
-    else:
+        states = set(map(_state, progs))
+        inner = list(map(_inner, progs))
+        fast = (
+            states <= STATES
+            and all(s.__class__ is str for s in states)
+            and set(map(type, map(_is_error, progs))) <= {bool}
+            and set(map(type, inner)) <= {tuple}
+            and not any(inner)
+        )
+    if not fast:
         for k, (index, x) in enumerate(zip(indices, progs, strict=True)):
             _item_check(k, index, x)
         progs = [x if x.__class__ is FanOutInstanceProgress else instance_from(x) for x in progs]
@@ -504,8 +509,44 @@ def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[b
     return indices, progs, raws
 
 
+_first: Final = operator.itemgetter(0)
+_second: Final = operator.itemgetter(1)
+_state: Final = operator.attrgetter("state")
+_inner: Final = operator.attrgetter("completed_inner_positions")
+_is_error: Final = operator.attrgetter("result_is_error")
+
+
 def _item_check(k: int, index: Any, progress: Any) -> None:
     try:
         check_instance_save(index, progress, None)
     except InvalidRecord as e:
         raise InvalidRecord(f"save_instances items[{k}] (index {index!r}): {e}") from None
+
+
+_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
+_STR: Final = frozenset((str,))
+
+
+def quick_progress(progress: FanOutInstanceProgress) -> bytes | None:
+    """``progress`` encoded, when it is plainly valid and lossless; ``None`` when it needs
+    :func:`encode_progress`'s exact checks (which then accept or refuse it as always).
+
+    Its other fields are the caller's to check. Lossless: a scalar result, or a dict of str
+    keys and scalar values (what ``check_lossless`` clears at once), or one that decodes back
+    equal (a typed decode, in C)."""
+    try:
+        raw = _progress_encoder.encode(progress)
+    except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
+        return None
+    r = progress.result
+    c = r.__class__
+    if c in _SCALARS or (
+        c is dict and _SCALARS.issuperset(map(type, r.values())) and _STR.issuperset(map(type, r))
+    ):
+        return raw
+    try:
+        if _progress_decoder.decode(raw) == progress:
+            return raw
+    except msgspec.DecodeError:
+        pass
+    return None
