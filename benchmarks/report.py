@@ -357,6 +357,13 @@ EXTRA_TABLES: dict[str, tuple[str, Callable[[float], str]]] = {
     ),
     "load_ms": ("load of the head after the run, store reopened (ms)", lambda v: f"{v:,.1f}"),
     "record_at_ms": ("record_at of the middle seq after the run (ms)", lambda v: f"{v:,.1f}"),
+    "largest_frame_bytes": (
+        "largest frame the run wrote, its payload decoded from zstd (frame_bytes_max bounds it)",
+        fmt_bytes,
+    ),
+    "first_million_rows_s": ("rows/s over the run's first million rows", lambda v: f"{v:,.0f}"),
+    "last_million_rows_s": ("rows/s over the run's last million rows", lambda v: f"{v:,.0f}"),
+    "verify_s": ("verify() of the whole log after the run (s)", lambda v: f"{v:,.1f}"),
 }
 
 
@@ -617,7 +624,11 @@ METHOD = """\
 INSTANCES_NOTES = """\
 - ckptlog (`ckptlog-fsync` / `ckptlog-process · save_instance`): `CheckpointLog.save` of the
   N-instance fan-out record (untimed), then `CheckpointLog.save_instance` per row under
-  `FanOutInternalSaveBatching(flush_every=256)` and a final `flush`.
+  `FanOutInternalSaveBatching(flush_every=256)` and a final `flush`; `· save_instances`: one
+  `CheckpointLog.save_instances` call per 256 rows instead (the batch a job holds).
+- N = 10,000,000: ckptlog only (`ckptlog-fsync`, default options), one run per row, a
+  1,200 s budget; after it, besides load and record_at, the largest frame written and a
+  timed `verify()` of the whole log.
 - `sqlite-rows-*`: a hand-rolled SQLite table, WAL, a head row (upsert) and a history row per
   row, `executemany` of both and one commit per batch; `synchronous=FULL` (fsync) or `NORMAL`
   (process: in WAL mode a killed process loses nothing committed).

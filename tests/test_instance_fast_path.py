@@ -4,11 +4,13 @@ error class and path, for results of every kind."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import datetime
 import enum
 import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
@@ -36,6 +38,17 @@ class _Name(enum.StrEnum):
     A = "a"
 
 
+class _Pair(NamedTuple):
+    x: int
+    y: int
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+    y: int
+
+
 RESULTS: list[Any] = [
     None, 1, -(2**63), 2**64 - 1, 1.5, float("nan"), "s", b"bytes", True,
     {"item": 1, "ok": True, "score": 0.5, "tag": "r"}, {"k": [1, 2, {"n": None}]},
@@ -43,6 +56,8 @@ RESULTS: list[Any] = [
     {"s": {1, 2}}, {1, 2}, frozenset(), datetime.datetime(2026, 1, 1),
     {"when": datetime.date(2026, 1, 1)}, Decimal("1.5"), uuid.UUID(int=7), object(),
     {"deep": [object()]}, 2**64, -(2**64), "\ud800",
+    collections.OrderedDict(a=1), collections.defaultdict(int, b=2), _Pair(1, 2),
+    _Point(1, 2), {"p": _Point(3, 4)}, msgspec.Raw(b"\x01"),
 ]  # fmt: skip
 
 
