@@ -93,8 +93,9 @@ def book_after(before: Book, frame: Any, seq: int, stored: int) -> tuple[Book, i
     if isinstance(frame, Snapshot):
         return Book(seq, 0, stored), 0
     page = getattr(frame, "page", None)
-    if page is None:
-        return before._replace(chain_bytes=before.chain_bytes + stored), 0
+    if page is None:  # the common save: positional, not _replace (a Python-level call)
+        snap_seq, chain, snap, since, fid, nxt = before
+        return Book(snap_seq, chain + stored, snap, since, fid, nxt), 0
     since = seq - page.back
     if since < 1:  # its first frame is gone (compacted away): a plain save here
         return Book(before.snapshot_seq, before.chain_bytes + stored, before.snapshot_bytes), 0
@@ -318,7 +319,16 @@ def write_instance_saves(
     if not rows_written:
         _write_instances(txn, k, delta.instances)
     row = msgspec.structs.replace(
-        before, last_saved_at=delta.saved_at, kind=delta.kind, seq=seq, **book._asdict()
+        before,
+        last_saved_at=delta.saved_at,
+        kind=delta.kind,
+        seq=seq,
+        snapshot_seq=book.snapshot_seq,
+        chain_bytes=book.chain_bytes,
+        snapshot_bytes=book.snapshot_bytes,
+        paging_since=book.paging_since,
+        page_fid=book.page_fid,
+        page_next=book.page_next,
     )
     txn.put(HEADS, k, _enc.encode(row))
     return row
