@@ -92,6 +92,11 @@ class ReadTxn(abc.ABC):
         yields, for a caller that wants them all (a backend may read them in bulk)."""
         return list(self.scan_prefix(table, prefix))
 
+    def rows(self, table: str, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """What :meth:`scan` yields from ``start`` to ``stop`` (at most ``limit`` pairs), as a
+        list: for a caller that wants them all (a backend may read them in bulk)."""
+        return list(self.scan(table, start, stop, limit=limit))
+
     def count(self, table: str) -> int:
         return sum(1 for _ in self.scan(table))
 

@@ -387,6 +387,19 @@ class BackendContract:
                 got = list(r.scan_prefix("a", prefix, reverse=True, limit=2))
                 assert got == want[::-1][:2], prefix
 
+    def test_rows_equal_a_bounded_scan(self, backend: Backend) -> None:
+        keys = [b"k%03d" % i for i in range(300)]
+        self._fill(backend, "a", keys)
+        self._fill(backend, "b", [b"k100x"])  # another table never leaks into "a"
+        with backend.read() as r:
+            for start, stop, limit in (
+                (b"k000", b"k300", 1000), (b"k010", b"k020", 1000), (b"k010", b"k200", 7),
+                (b"k0105", b"k0205", 3), (b"k299", b"k300", 5), (b"k300", b"k400", 5),
+                (b"k050", b"k050", 5), (b"", b"\xff", 0), (b"k100", b"k101", 1),
+            ):  # fmt: skip
+                want = list(r.scan("a", start, stop, limit=limit))
+                assert r.rows("a", start, stop, limit) == want, (start, stop, limit)
+
     def test_prefix_rows_equal_scan_prefix(self, backend: Backend) -> None:
         self._fill(backend, "a", _PREFIX_KEYS)
         # enough rows under one prefix to cross the bulk reader's chunk sizes (64, 256, ...)

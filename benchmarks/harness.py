@@ -302,6 +302,8 @@ class Runner:
         for row in rows:
             reason = applicable(row.peer) if applicable is not None else None
             reason = reason or row.peer.unsupported(scenario.name, row.variant, param.values)
+            at = getattr(scenario, "unsupported_at", None)  # a scenario's own limit per size
+            reason = reason or (at(row, param.values) if at is not None else None)
             cells.append(Cell(row, status="n/a", reason=reason) if reason else Cell(row))
         return cells
 

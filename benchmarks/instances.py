@@ -37,7 +37,11 @@ from benchmarks.harness import Param, Row, Sample
 from benchmarks.peers.base import InstanceSink, Peer
 
 BATCH = 256
-SIZES = (10_000, 200_000, 1_000_000)
+SIZES = (10_000, 200_000, 1_000_000, 10_000_000)
+PEER_N_MAX = 1_000_000  # peers run up to here; the 10,000,000 row is ckptlog's scale run
+HUGE_N = 5_000_000  # from here: one run per row, a budget that lets it finish
+HUGE_BUDGET_S = 1200.0
+MILLION = 1_000_000  # rows/s is also taken over the first and the last million of a run
 QUICK_SIZES = (1000,)
 BUDGET_S = 60.0  # per cell; --cell-budget
 QUICK_BUDGET_S = 20.0
@@ -65,8 +69,11 @@ class Instances:
         "A batch job's fan-out of N instances appends each instance's ~60-byte result as it "
         "completes, N rows, committed every 256 rows. ckptlog: CheckpointLog.save of the "
         "N-instance record, then save_instance per row under "
-        "FanOutInternalSaveBatching(flush_every=256) and a final flush. Peers: a hand-rolled "
-        "SQLite table, raw py-lmdb rows, a JSON Lines file (see Peers), and any --peer store. "
+        "FanOutInternalSaveBatching(flush_every=256) and a final flush (save_instance rows), "
+        "or one save_instances call per 256 rows (save_instances rows). Peers: a hand-rolled "
+        "SQLite table, raw py-lmdb rows, a JSON Lines file (see Peers), and any --peer store, "
+        "up to N = 1,000,000; N = 10,000,000 is ckptlog's scale run (one invocation, default "
+        "options, one run per row; after it: the largest frame written, head load, verify). "
         "Each run is a fresh subprocess and store; a run stops at its time budget and reports "
         "the rows it did (marked partial)."
     )
@@ -89,19 +96,41 @@ class Instances:
         ns = self.sizes or (QUICK_SIZES if quick else SIZES)
         budget = self.budget(quick)
         return [
-            Param(f"n={n}", f"N={n:,}", {"n": n, "batch": BATCH, "budget_s": budget}) for n in ns
+            Param(
+                f"n={n}",
+                f"N={n:,}",
+                {
+                    "n": n,
+                    "batch": BATCH,
+                    "budget_s": max(budget, HUGE_BUDGET_S) if n >= HUGE_N else budget,
+                },
+            )
+            for n in ns
         ]
 
     def settings(self, quick: bool) -> dict[str, Any]:
         return {p.key: p.values for p in self.params(quick)}
 
     def repeats(self, param: Param, default: int) -> int:
-        """Timed runs per row: at most 3 from N = 200,000 (a run there takes up to the budget)."""
-        return min(default, 3) if param.values["n"] >= 200_000 else default
+        """Timed runs per row: at most 3 from N = 200,000 (a run there takes up to the budget),
+        one from ``HUGE_N``."""
+        n = param.values["n"]
+        if n >= HUGE_N:
+            return 1
+        return min(default, 3) if n >= 200_000 else default
 
     def applicable(self, peer: Peer) -> str | None:
         if type(peer).instance_sink is Peer.instance_sink:
             return NA_BY_FAMILY.get(peer.family, f"{peer.name} has no per-instance store")
+        return None
+
+    def unsupported_at(self, row: Row, values: dict[str, Any]) -> str | None:
+        """Only ckptlog runs past ``PEER_N_MAX`` (issue 22's scale goal is ckptlog's), with
+        default options (``fsync``)."""
+        if values["n"] > PEER_N_MAX and row.peer.family != "ckptlog":
+            return f"peers run up to N={PEER_N_MAX:,}; this size measures ckptlog's scale"
+        if values["n"] > PEER_N_MAX and row.peer.name != "ckptlog-fsync":
+            return "the scale run uses the default options (durability fsync): see ckptlog-fsync"
         return None
 
     def forget(self) -> None:
@@ -111,6 +140,7 @@ class Instances:
         budget = float(param.values["budget_s"])
         spec = {
             "peer": row.peer.origin,
+            "variant": row.variant,
             "n": param.values["n"],
             "batch": param.values["batch"],
             "budget_s": budget,
@@ -190,19 +220,29 @@ async def run_cell(spec: dict[str, Any], peer: Peer) -> dict[str, Any]:
     """One cell of ``peer`` in this process (the subprocess's body; tests call it directly)."""
     n, batch, budget = int(spec["n"]), int(spec["batch"]), float(spec["budget_s"])
     path = Path(spec["path"])
-    sink: InstanceSink = peer.instance_sink(path, batch)
+    variant = spec.get("variant") or ""
+    takes_variant = "variant" in inspect.signature(peer.instance_sink).parameters
+    sink: InstanceSink = (
+        peer.instance_sink(path, batch, variant)  # type: ignore[call-arg]  # ckptlog's rows
+        if variant and takes_variant
+        else peer.instance_sink(path, batch)
+    )
     try:
         await _maybe(sink.setup(INV, n))
         gc.collect()
         size0 = _dir_bytes(path)
         w0 = process_write_bytes()
+        marks: list[float] = []
         if inspect.iscoroutinefunction(sink.save):
-            done, seconds = await _rows_async(sink, n, batch, budget)
+            done, seconds = await _rows_async(sink, n, batch, budget, marks)
         else:
-            done, seconds = _rows_sync(sink, n, batch, budget)
+            done, seconds = _rows_sync(sink, n, batch, budget, marks)
         written = process_write_bytes()
         rss = _rss_bytes()
         extra: dict[str, float] = {"peak_rss_bytes": rss}
+        if len(marks) >= 3:  # the first and the last full million (marks[0]: the start)
+            extra["first_million_rows_s"] = MILLION / (marks[1] - marks[0])
+            extra["last_million_rows_s"] = MILLION / (marks[-1] - marks[-2])
         extra.update(await _maybe(sink.probe(done)))
     finally:
         await _maybe(sink.close())
@@ -216,30 +256,46 @@ async def run_cell(spec: dict[str, Any], peer: Peer) -> dict[str, Any]:
     }
 
 
-def _rows_sync(sink: InstanceSink, n: int, batch: int, budget: float) -> tuple[int, float]:
+def _rows_sync(
+    sink: InstanceSink, n: int, batch: int, budget: float, marks: list[float]
+) -> tuple[int, float]:
+    """Save rows until ``n`` or the budget; ``marks`` gets the time at the start and after
+    each full million rows."""
     save = sink.save
     t0 = time.perf_counter()
+    marks.append(t0)
     deadline = t0 + budget
     done = n
     for i in range(n):
         save(i, result_of(i))
-        if i % batch == batch - 1 and time.perf_counter() > deadline:
-            done = i + 1
-            break
+        if i % batch == batch - 1:
+            now = time.perf_counter()
+            if (i + 1) % MILLION == 0:
+                marks.append(now)
+            if now > deadline:
+                done = i + 1
+                break
     sink.flush()
     return done, time.perf_counter() - t0
 
 
-async def _rows_async(sink: InstanceSink, n: int, batch: int, budget: float) -> tuple[int, float]:
+async def _rows_async(
+    sink: InstanceSink, n: int, batch: int, budget: float, marks: list[float]
+) -> tuple[int, float]:
     save = sink.save
     t0 = time.perf_counter()
+    marks.append(t0)
     deadline = t0 + budget
     done = n
     for i in range(n):
         await save(i, result_of(i))
-        if i % batch == batch - 1 and time.perf_counter() > deadline:
-            done = i + 1
-            break
+        if i % batch == batch - 1:
+            now = time.perf_counter()
+            if (i + 1) % MILLION == 0:
+                marks.append(now)
+            if now > deadline:
+                done = i + 1
+                break
     await sink.flush()
     return done, time.perf_counter() - t0
 

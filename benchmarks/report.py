@@ -155,7 +155,7 @@ def compute_targets(payload: dict[str, Any]) -> Targets:
 
 
 def _instances_targets(payload: dict[str, Any]) -> Targets:
-    """Issue 17's targets for the ``instances`` scenario, per mode and N."""
+    """Issues 17 and 22's targets for the ``instances`` scenario, per mode, row and N."""
     sc = payload.get("scenarios", {}).get("instances")
     if not sc:
         return []
@@ -171,22 +171,36 @@ def _instances_targets(payload: dict[str, Any]) -> Targets:
     for mode in ("fsync", "process"):
         ours_label = f"ckptlog-{mode} · save_instance"
         for param in sc["params"]:
-            ours = _row(payload, "instances", param["key"], ours_label)
-            for peer, goal in (("sqlite-rows", 1.5), ("lmdb-rows", 0.5)):
-                row = _row(payload, "instances", param["key"], f"{peer}-{mode}")
-                r = row.get("ratio") if row and _ok(row) else None
-                out.append(
-                    _target(
-                        f"instances {param['label']} {mode} vs {peer}",
-                        f"{ours_label} rows/s / {peer}-{mode} rows/s",
-                        r,
-                        f">= {goal}",
-                        None if r is None else r >= goal,
-                        note(ours, row),
+            if param["values"]["n"] > 1_000_000:
+                continue  # peers stop at 1,000,000
+            for variant, goals in (
+                ("save_instance", (("sqlite-rows", 1.2), ("lmdb-rows", 0.5))),
+                ("save_instances", (("sqlite-rows", 1.5), ("lmdb-rows", 0.6))),
+            ):
+                label = f"ckptlog-{mode} · {variant}"
+                ours = _row(payload, "instances", param["key"], label)
+                for peer, goal in goals:
+                    row = _row(payload, "instances", param["key"], f"{peer}-{mode}")
+                    r = (
+                        ours["rate_median"] / row["rate_median"]
+                        if ours and row and _ok(ours) and _ok(row)
+                        else None
                     )
-                )
+                    out.append(
+                        _target(
+                            f"instances {param['label']} {mode} {variant} vs {peer}",
+                            f"{label} rows/s / {peer}-{mode} rows/s",
+                            r,
+                            f">= {goal}",
+                            None if r is None else r >= goal,
+                            note(ours, row),
+                        )
+                    )
+        out += _scale_targets(payload, sc, mode)
         pts: list[tuple[dict[str, Any], Row]] = []
         for p in sc["params"]:
+            if p["values"]["n"] > 1_000_000:
+                continue  # the scale run has targets of its own
             r = _row(payload, "instances", p["key"], ours_label)
             if r is not None and _ok(r):
                 pts.append((p, r))
@@ -238,6 +252,68 @@ def _instances_targets(payload: dict[str, Any]) -> Targets:
     return out
 
 
+def _scale_targets(payload: dict[str, Any], sc: dict[str, Any], mode: str) -> Targets:
+    """Issue 22's targets for the one-invocation scale run (N >= 10,000,000)."""
+    out: Targets = []
+    for p in sc["params"]:
+        if p["values"]["n"] < 10_000_000:
+            continue
+        for variant in ("save_instance", "save_instances"):
+            label = f"ckptlog-{mode} · {variant}"
+            r = _row(payload, "instances", p["key"], label)
+            if r is None or not _ok(r):
+                continue
+            extra = r.get("extra", {})
+            done = not r.get("partial_runs")
+            out.append(
+                _target(
+                    f"instances {p['label']} {mode} {variant} completes",
+                    f"{label}: every row saved in one invocation, default options",
+                    1.0 if done else 0.0,
+                    "= 1",
+                    done,
+                )
+            )
+            first, last = extra.get("first_million_rows_s"), extra.get("last_million_rows_s")
+            if first and last:
+                out.append(
+                    _target(
+                        f"instances {p['label']} {mode} {variant} last / first million",
+                        f"{label}: rows/s of the last million / of the first",
+                        last / first,
+                        ">= 0.8",
+                        last / first >= 0.8,
+                    )
+                )
+            for key, name, scale, goal in (
+                ("peak_rss_bytes", "peak RSS (GiB)", 1 / (1 << 30), 2.0),
+                ("largest_frame_bytes", "largest frame (MiB)", 1 / (1 << 20), 16.0),
+                ("load_ms", "head load after the run (s)", 1e-3, 3.0),
+            ):
+                if key in extra:
+                    v = extra[key] * scale
+                    out.append(
+                        _target(
+                            f"instances {p['label']} {mode} {variant} {name}",
+                            label,
+                            v,
+                            f"<= {goal}",
+                            v <= goal,
+                        )
+                    )
+            if "verify_s" in extra:
+                out.append(
+                    _target(
+                        f"instances {p['label']} {mode} {variant} verify passes",
+                        f"{label}: verify() of the log after the run ({extra['verify_s']:.0f} s)",
+                        extra.get("verify_ok", 0.0),
+                        "= 1",
+                        extra.get("verify_ok") == 1.0,
+                    )
+                )
+    return out
+
+
 # -- formatting ---------------------------------------------------------------------------------
 
 
@@ -283,6 +359,13 @@ EXTRA_TABLES: dict[str, tuple[str, Callable[[float], str]]] = {
     ),
     "load_ms": ("load of the head after the run, store reopened (ms)", lambda v: f"{v:,.1f}"),
     "record_at_ms": ("record_at of the middle seq after the run (ms)", lambda v: f"{v:,.1f}"),
+    "largest_frame_bytes": (
+        "largest frame the run wrote, its payload decoded from zstd (frame_bytes_max bounds it)",
+        fmt_bytes,
+    ),
+    "first_million_rows_s": ("rows/s over the run's first million rows", lambda v: f"{v:,.0f}"),
+    "last_million_rows_s": ("rows/s over the run's last million rows", lambda v: f"{v:,.0f}"),
+    "verify_s": ("verify() of the whole log after the run (s)", lambda v: f"{v:,.1f}"),
 }
 
 
@@ -553,7 +636,11 @@ METHOD = """\
 INSTANCES_NOTES = """\
 - ckptlog (`ckptlog-fsync` / `ckptlog-process · save_instance`): `CheckpointLog.save` of the
   N-instance fan-out record (untimed), then `CheckpointLog.save_instance` per row under
-  `FanOutInternalSaveBatching(flush_every=256)` and a final `flush`.
+  `FanOutInternalSaveBatching(flush_every=256)` and a final `flush`; `· save_instances`: one
+  `CheckpointLog.save_instances` call per 256 rows instead (the batch a job holds).
+- N = 10,000,000: ckptlog only (`ckptlog-fsync`, default options), one run per row, a
+  1,200 s budget; after it, besides load and record_at, the largest frame written and a
+  timed `verify()` of the whole log.
 - `sqlite-rows-*`: a hand-rolled SQLite table, WAL, a head row (upsert) and a history row per
   row, `executemany` of both and one commit per batch; `synchronous=FULL` (fsync) or `NORMAL`
   (process: in WAL mode a killed process loses nothing committed).

@@ -23,6 +23,7 @@ from typing import Any, Final
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
+from eventlog.codec import enc_hook
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import CHECKPOINT_FRAMES, Save, Snapshot, Tombstone
 from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U64, U64X2
@@ -37,7 +38,10 @@ from eventlog.materialized import (
     POSITIONS,
     SNAPSHOTS,
     TABLES,
+    Book,
     HeadRow,
+    book_after,
+    book_of,
     delete_rows,
     full_save,
     read_head,
@@ -51,11 +55,13 @@ from eventlog.streams import Step, StreamInfo, plain
 from eventlog.walker import Unreadable, walk
 from projections.records import Head, apply_inplace
 
+U64_LEN: Final = 8
 PROBLEMS_PER_STREAM_MAX: Final = 20  # materialized-row problems listed per stream, then a count
 
 _dec_row = msgspec.msgpack.Decoder(HeadRow)
 _dec_pos = msgspec.msgpack.Decoder(NodePosition)
 _dec_inst = msgspec.msgpack.Decoder(FanOutInstanceProgress)
+_enc = msgspec.msgpack.Encoder(enc_hook=enc_hook)  # as the rows are written
 
 
 class CheckpointView:
@@ -84,47 +90,37 @@ class CheckpointView:
         before, row = got if got is not None else (None, None)
         head = apply_inplace(before, frame, seq, stream)
         assert head is not None
+        book, completed = book_after(book_of(row), frame, seq, stored_bytes)
+        if isinstance(frame, Snapshot):
+            write_snapshot_mark(txn, sid, seq)
+        if completed:
+            write_snapshot_mark(txn, sid, completed, seq)
         if isinstance(frame, Snapshot) or row is None:
-            if isinstance(frame, Snapshot):
-                write_snapshot_mark(txn, sid, seq)
-                bookkeeping = (seq, 0, stored_bytes)
-            else:
-                bookkeeping = (0, stored_bytes, 0)
             if row is not None:
                 delete_rows(txn, sid, row)
-            _write_full(txn, sid, head, bookkeeping)
+            _write_full(txn, sid, head, book)
             return
-        write_save(
-            txn,
-            sid,
-            row,
-            frame,
-            head,
-            snapshot_seq=row.snapshot_seq,
-            chain_bytes=row.chain_bytes + stored_bytes,
-            snapshot_bytes=row.snapshot_bytes,
-        )
+        write_save(txn, sid, row, frame, head, book=book)
 
     def rebuild_stream(
         self, txn: WriteTxn, stream: str, sid: int, frames: Iterable[StoredFrame[Any]]
     ) -> None:
         """Fold the stream in memory, then write its rows once (O(frames + record))."""
         head: Head | None = None
-        bookkeeping = (0, 0, 0)  # snapshot seq, bytes since it, its bytes
+        book = Book()
         for sf in frames:
             frame = sf.frame
             if isinstance(frame, Tombstone):
-                head, bookkeeping = None, (0, 0, 0)
-            elif isinstance(frame, Snapshot):
-                write_snapshot_mark(txn, sid, sf.seq)
+                head, book = None, Book()
+            elif isinstance(frame, (Save, Snapshot)):
+                if isinstance(frame, Snapshot):
+                    write_snapshot_mark(txn, sid, sf.seq)
                 head = apply_inplace(head, frame, sf.seq, stream)
-                bookkeeping = (sf.seq, 0, sf.stored_bytes)
-            elif isinstance(frame, Save):
-                head = apply_inplace(head, frame, sf.seq, stream)
-                snap_seq, chain, snap = bookkeeping
-                bookkeeping = (snap_seq, chain + sf.stored_bytes, snap)
+                book, completed = book_after(book, frame, sf.seq, sf.stored_bytes)
+                if completed:
+                    write_snapshot_mark(txn, sid, completed, sf.seq)
         if head is not None:
-            _write_full(txn, sid, head, bookkeeping)
+            _write_full(txn, sid, head, book)
 
     def verify(
         self, log: EventLog, progress: Callable[[int, int], None] | None = None
@@ -201,12 +197,8 @@ def fan_out_nodes(step: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names.get(c.fid, "?") for c in changes))
 
 
-def _write_full(txn: WriteTxn, sid: int, head: Head, bookkeeping: tuple[int, int, int]) -> None:
-    snap_seq, chain, snap = bookkeeping
-    write_save(
-        txn, sid, None, full_save(head), head,
-        snapshot_seq=snap_seq, chain_bytes=chain, snapshot_bytes=snap,
-    )  # fmt: skip
+def _write_full(txn: WriteTxn, sid: int, head: Head, book: Book) -> None:
+    write_save(txn, sid, None, full_save(head), head, book=book)
 
 
 VIEW: Final = CheckpointView()
@@ -312,7 +304,7 @@ class _RowCheck:
             seen.add((fid, index))
             got = _dec_inst.decode(v)
             want = slot.instances[index]
-            if got != want:
+            if got != want and v != _enc.encode(want):  # NaN != NaN: compare bytes then
                 name = slot.header.fan_out_node_name
                 a, b = _instances(got, want)
                 self.add(
@@ -372,9 +364,10 @@ def verify_rows(log: EventLog, progress: Callable[[int, int], None] | None = Non
                 problems.append(
                     Problem("projection", f"head row does not decode: {e}", names.get(sid))
                 )
-        marks: dict[int, set[int]] = {}
-        for k, _ in txn.scan(SNAPSHOTS):
-            marks.setdefault(U64.unpack_from(k)[0], set()).add(U64.unpack_from(k, 8)[0])
+        marks: dict[int, dict[int, int]] = {}  # sid -> {first seq: seq completing it (0)}
+        for k, v in txn.scan(SNAPSHOTS):
+            done_at = U64.unpack(v)[0] if len(v) == U64_LEN else 0
+            marks.setdefault(U64.unpack_from(k)[0], {})[U64.unpack_from(k, 8)[0]] = done_at
         corr: dict[int, set[str]] = {}
         for k, _ in txn.scan(BY_CORRELATION):
             n = _U16.unpack_from(k)[0]
@@ -388,7 +381,7 @@ def verify_rows(log: EventLog, progress: Callable[[int, int], None] | None = Non
             if progress is not None:
                 progress(done, total)
             row = heads.pop(sid, None)
-            marked = marks.pop(sid, set())
+            marked = marks.pop(sid, {})
             indexed = corr.pop(sid, set())
             if failure is not None:
                 problems.append(failure)
@@ -396,10 +389,17 @@ def verify_rows(log: EventLog, progress: Callable[[int, int], None] | None = Non
             check = _RowCheck(txn, stream, sid)
             if head is not None or row is not None or snapshots or marked or indexed:
                 check.compare(head, row, indexed)
-            for seq in sorted(marked - snapshots):
+            for seq in sorted(marked.keys() - snapshots.keys()):
                 check.add(f"snapshot mark at seq {seq}, but that frame is not a snapshot", seq)
-            for seq in sorted(snapshots - marked):
+            for seq in sorted(snapshots.keys() - marked.keys()):
                 check.add(f"snapshot frame at seq {seq} has no snapshot mark", seq)
+            for seq in sorted(snapshots.keys() & marked.keys()):
+                if snapshots[seq] != marked[seq]:
+                    check.add(
+                        f"snapshot mark at seq {seq} says its pages end at seq {marked[seq]}, "
+                        f"the frames say {snapshots[seq]} (0: a snapshot frame)",
+                        seq,
+                    )
             problems.extend(check.finish())
         orphans = [f"a head row for stream id {sid}" for sid in heads]
         orphans += [f"snapshot marks for stream id {sid}" for sid in marks]
@@ -412,10 +412,12 @@ def verify_rows(log: EventLog, progress: Callable[[int, int], None] | None = Non
 
 def _fold_in_txn(
     log: EventLog, txn: ReadTxn, sid: int, stream: str
-) -> tuple[Head | None, set[int], Problem | None, int]:
-    """``(head, snapshot seqs, problem, frames)``: the fold of one stream inside ``txn``."""
+) -> tuple[Head | None, dict[int, int], Problem | None, int]:
+    """``(head, snapshots, problem, frames)``: the fold of one stream inside ``txn``;
+    ``snapshots`` maps where each snapshot starts to the seq completing it (0: a snapshot
+    frame), as its marks should."""
     head: Head | None = None
-    snapshots: set[int] = set()
+    snapshots: dict[int, int] = {}
     frames = 0
     for key, gkey in txn.scan_prefix(STREAMS, U64.pack(sid)):
         frames += 1
@@ -428,7 +430,11 @@ def _fold_in_txn(
             if not isinstance(frame, CHECKPOINT_FRAMES):
                 continue
             if isinstance(frame, Snapshot):
-                snapshots.add(seq)
+                snapshots[seq] = 0
+            elif isinstance(frame, Save) and frame.page is not None and frame.page.last:
+                _, completed = book_after(Book(), frame, seq, 0)
+                if completed:
+                    snapshots[completed] = seq
             head = apply_inplace(head, frame, seq, stream)
         except (CheckpointError, KeyError, IndexError, TypeError) as e:
             detail = (

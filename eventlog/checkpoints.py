@@ -31,6 +31,7 @@ import asyncio
 import collections
 import functools
 import importlib
+import itertools
 import os
 import threading
 import time
@@ -53,23 +54,40 @@ from eventlog.errors import (
     SeqOutOfRange,
     UnknownInvocation,
 )
-from eventlog.frames import CHECKPOINT_FRAMES, CheckpointFrame, FanOutHeader, Save, Tombstone
+from eventlog.frames import (
+    CHECKPOINT_FRAMES,
+    CheckpointFrame,
+    FanOutHeader,
+    InstancePage,
+    Save,
+    Tombstone,
+)
 from eventlog.layout import LOG, STREAMS, U64, U64X2
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.materialized import (
+    BODIES,
     BY_CORRELATION,
     HEADS,
     TABLES,
+    Book,
     HeadRow,
+    book_after,
+    book_of,
+    change_array,
     corr_prefix,
     decode_row,
     delete_rows,
+    encoded,
     last_snapshot_at_or_before,
     load_rows,
+    page_at,
     pending_indices,
     read_head,
+    read_page,
+    read_positions,
     read_row,
     summary,
+    write_instance_rows,
     write_instance_saves,
     write_instances,
     write_save,
@@ -77,6 +95,7 @@ from eventlog.materialized import (
 )
 from eventlog.open_options import check_batching
 from eventlog.records import (
+    NOT_STARTED,
     CheckpointFilter,
     CheckpointRecord,
     CheckpointSummary,
@@ -89,11 +108,14 @@ from eventlog.records import (
 )
 from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
+    STATES,
     RecordChecker,
     check_fan_out_key,
+    check_instance_items,
     check_instance_save,
     encode_progress,
     fail,
+    quick_progress,
 )
 from projections.records import (
     Head,
@@ -113,6 +135,13 @@ BATCH_CHANGES_MAX: Final = 4096  # buffered save_instance calls joined into one 
 BATCH_BYTES_MAX: Final = 1 << 20  # and their results' bytes (a quarter of frame_bytes_max)
 INSTANCE_OVERHEAD_BYTES: Final = 48  # a change's framing besides its result, roughly
 HEAD_CACHE_MAX: Final = 4096  # invocations whose head the writer keeps in memory
+HEAD_ROWS_CACHED_MAX: Final = 1 << 16  # a bigger head is not kept by save_instance batches
+# (they need only its row), so memory does not grow with the fan-out's size
+SNAPSHOT_INSTANCES_MAX: Final = 1 << 16  # a head with more instances is snapshotted in pages,
+SNAPSHOT_BYTES_MAX: Final = 4 << 20  # as is one whose last snapshot frame was bigger than this
+PAGE_ROWS_MAX: Final = 4096  # instance rows per page of a paged snapshot, at most
+PAGE_ROWS_MIN: Final = 256  # and at least (a page holds about twice its frame's changes)
+PAGE_BYTES_MAX: Final = 1 << 20  # and about this many bytes
 INLINE_LOAD_ROWS_MAX: Final = 256  # async load reads at most this many rows (or KiB of state)
 # on the event loop; a bigger record loads on a worker thread
 
@@ -124,14 +153,18 @@ class _TooBig:
 TOO_BIG: Final = _TooBig()
 
 U64_LEN = 8
+INDEX_END: Final = 2**63  # an index is an int64 (eventlog.validate)
 CATCH_UP_FRAMES_MIN: Final = 16  # a stale cached head folds up to this many newer frames,
 CATCH_UP_ROWS_PER_FRAME: Final = 4  # or one per this many rows a reload would read, if more
 
 
 def _snapshot_due(row: HeadRow | None, seq: int) -> bool:
-    """Whether the frame at ``seq`` after head row ``row`` is stored as a snapshot."""
+    """Whether the frame at ``seq`` after head row ``row`` starts a snapshot (a snapshot frame,
+    or the first page of a paged one; none is due while a paged snapshot is in progress)."""
     if row is None:
         return True
+    if row.paging_since:
+        return False
     snap = row.snapshot_bytes
     return row.chain_bytes > SNAPSHOT_RATIO * snap or seq - row.snapshot_seq >= max(
         SNAPSHOT_FRAMES_MAX, snap // SNAPSHOT_BYTES_PER_FRAME
@@ -161,10 +194,30 @@ class _HeadFrame(DeferredFrame):
     def _build_on_head(
         self, txn: WriteTxn, stream: str, sid: int, seq: int, row: HeadRow | None
     ) -> CheckpointFrame:
-        before_head, before_row = self.owner._head(txn, stream, sid, seq, row)
+        owner = self.owner
+        before_head, before_row = owner._head(txn, stream, sid, seq, row)
         frame, head = self._delta(before_head, stream)
         head.seq = seq
         as_snapshot = _snapshot_due(before_row, seq)
+        if before_row is not None and (before_row.paging_since or (
+            as_snapshot and owner._paged(before_row)
+        )):  # fmt: skip
+            layout = tuple(s.header for s in head.slots)
+            if not before_row.paging_since:  # the first page restates the rest of the record
+                frame = msgspec.structs.replace(
+                    frame,
+                    correlation_id=head.correlation_id,
+                    schema_version=head.schema_version,
+                    state=head.state,
+                    state_splice=None,
+                    parent_states=head.parent_states,
+                    positions_from=0,
+                    positions=tuple(head.positions),
+                )
+            frame = owner._with_page(
+                txn, sid, seq, before_row, frame, layout, head.next_fid, self.overlay(frame)
+            )
+            as_snapshot = False
         self.plan = (before_row, frame, head, as_snapshot)
         if not as_snapshot:
             return frame
@@ -180,8 +233,16 @@ class _HeadFrame(DeferredFrame):
         return None
 
     def rows_written(self) -> bool:
-        """Whether the delta's instance rows were written before the lock."""
+        """Whether the delta's instance rows are written apart from ``write_save``."""
         return False
+
+    def overlay(self, frame: Save) -> dict[int, dict[int, bytes]]:
+        """The frame's instance changes by fan-out id, index -> encoded progress (the later
+        change wins)."""
+        out: dict[int, dict[int, bytes]] = {}
+        for ch in frame.instances:
+            out.setdefault(ch.fid, {})[ch.index] = encoded(ch.progress)
+        return out
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         assert self.plan is not None
@@ -190,22 +251,12 @@ class _HeadFrame(DeferredFrame):
         sid = self.owner._sid_of(done)
         if as_snapshot:
             write_snapshot_mark(txn, sid, done.seq)
-            snap_seq, chain, snap = done.seq, 0, done.stored_bytes
+            book = Book(done.seq, 0, done.stored_bytes)
         else:
             assert before_row is not None
-            snap_seq = before_row.snapshot_seq
-            chain = before_row.chain_bytes + done.stored_bytes
-            snap = before_row.snapshot_bytes
+            book = _book_after(txn, sid, before_row, frame, done)
         row = write_save(
-            txn,
-            sid,
-            before_row,
-            frame,
-            head,
-            snapshot_seq=snap_seq,
-            chain_bytes=chain,
-            snapshot_bytes=snap,
-            rows_written=self.rows_written(),
+            txn, sid, before_row, frame, head, book=book, rows_written=self.rows_written()
         )
         self.owner._layout_seen(done.stream, row)
         self.owner._cache_put(done.stream, head)
@@ -263,7 +314,7 @@ class _InstanceSaves(_HeadFrame):
     ``flush()``, so it never takes the rest of its batch down with it.
     """
 
-    __slots__ = ("bytes", "changes", "early", "rejected")
+    __slots__ = ("bytes", "changes", "early", "mixed", "rejected", "rows", "strict")
 
     def __init__(self, owner: CheckpointLog, change: _InstanceChange) -> None:
         super().__init__(owner)
@@ -271,9 +322,20 @@ class _InstanceSaves(_HeadFrame):
         self.bytes = change.size
         self.rejected: list[InvalidRecord] = []
         self.early: tuple[FanOutHeader, ...] | None = None  # the layout rows were written by
+        self.strict = False  # a save_instances call's: all of it or nothing, takes no others
+        self.mixed = False  # changes of more than one fan-out key
+        # (fid, indices, encoded progresses) of a frame built at C speed: its rows
+        self.rows: tuple[int, list[int], list[bytes]] | None = None
 
-    def rows_written(self) -> bool:
-        return self.early is not None
+    @classmethod
+    def of_call(cls, owner: CheckpointLog, changes: list[_InstanceChange]) -> _InstanceSaves:
+        """One frame of a ``save_instances`` call: refused whole if the head refuses any of
+        its changes, and never joined with other calls."""
+        batch = cls(owner, changes[0])
+        batch.changes = changes
+        batch.bytes = sum(len(ch.raw) for ch in changes) + INSTANCE_OVERHEAD_BYTES * len(changes)
+        batch.strict = True
+        return batch  # one key: the call's
 
     def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
         return frame.instances, frame.instance_saved_at or (frame.saved_at,)
@@ -298,14 +360,21 @@ class _InstanceSaves(_HeadFrame):
 
     def join(self, later: Any) -> bool:
         return (
-            type(later) is _InstanceSaves and len(later.changes) == 1 and self.add(later.changes[0])
+            type(later) is _InstanceSaves
+            and not later.strict
+            and len(later.changes) == 1
+            and self.add(later.changes[0])
         )
 
     def add(self, value: Any) -> bool:
+        if self.strict:
+            return False
         changes = self.changes
-        size = self.bytes + value.size
+        size = self.bytes + len(value.raw) + INSTANCE_OVERHEAD_BYTES
         if len(changes) >= BATCH_CHANGES_MAX or size > self.owner.batch_bytes_max:
             return False
+        if value.key is not changes[0].key:
+            self.mixed = True
         changes.append(value)
         self.bytes = size
         return True
@@ -324,14 +393,32 @@ class _InstanceSaves(_HeadFrame):
                 "were written by it (another writer saved the whole record); writing it again"
             )
         cached = owner._cache.get(stream)
-        if (
-            row is None
-            or _snapshot_due(row, seq)
-            or (cached is not None and cached.seq == row.seq == seq - 1)
+        if row is None or (
+            (
+                (cached is not None and cached.seq == row.seq == seq - 1)
+                or (_snapshot_due(row, seq) and not owner._paged(row))
+            )
+            and load_rows(row) <= owner.head_rows_cached_max
         ):
             return self._build_on_head(txn, stream, sid, seq, row)
-        owner._cache.pop(stream, None)  # stale: the next save that needs the head reloads it
+        # Stale, or too big to keep in memory: the next save that needs the head reloads it.
+        owner._cache.pop(stream, None)
         frame = self._frame(stream, True, _headers(row.layout), None)
+        if row.paging_since or _snapshot_due(row, seq):
+            if not row.paging_since:  # the first page restates the rest of the record
+                k = U64.pack(sid)
+                frame = msgspec.structs.replace(
+                    frame,
+                    correlation_id=row.correlation_id,
+                    schema_version=row.schema_version,
+                    state=txn.get(BODIES, k + b"s") or b"\xc0",
+                    parent_states=txn.get(BODIES, k + b"p") or b"\x90",
+                    positions_from=0,
+                    positions=tuple(read_positions(txn, sid)),
+                )
+            frame = owner._with_page(
+                txn, sid, seq, row, frame, row.layout, row.next_fid, self.overlay(frame)
+            )
         self.plan = (row, frame, None, False)
         return frame
 
@@ -359,8 +446,30 @@ class _InstanceSaves(_HeadFrame):
         """The frame of the changes the layout takes (the rest go to ``rejected``), each also
         applied to ``slots`` (the writer's head) when given."""
         self.rejected = rejected = []
+        self.rows = None
+        batch = self.changes
+        key = batch[0].key
+        hd = headers.get(key)
+        if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
+            indices = [ch.index for ch in batch]
+            if min(indices) >= 0 and max(indices) < hd.instance_count:
+                raws = [ch.raw for ch in batch]
+                times = [ch.saved_at for ch in batch]
+                if slots is not None:
+                    slot = slots[hd.fid]
+                    insts = slot.instances
+                    for ch in batch:
+                        insts[ch.index] = ch.progress
+                    slot.src = None
+                self.rows = (hd.fid, indices, raws)
+                return Save(
+                    kind="fan_out_internal",
+                    saved_at=times[-1],
+                    instances=msgspec.Raw(change_array(hd.fid, indices, raws)),  # type: ignore[arg-type]
+                    instance_saved_at=tuple(times) if len(times) > 1 else (),
+                )
         changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
-        times: list[float] = []
+        times = []
         for ch in self.changes:
             hd = headers.get(ch.key)
             if hd is None or not 0 <= ch.index < hd.instance_count:
@@ -372,6 +481,12 @@ class _InstanceSaves(_HeadFrame):
                 slot.src = None
             changes.append(_RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw)))
             times.append(ch.saved_at)
+        if rejected and self.strict:  # a save_instances call: nothing of it is written
+            self.rejected = []
+            raise InvalidRecord(
+                f"{rejected[0]} (save_instances: none of this call's {len(self.changes)} "
+                "changes was saved)"
+            )
         if not changes:
             first = rejected[0]
             if len(rejected) > 1:
@@ -385,24 +500,45 @@ class _InstanceSaves(_HeadFrame):
             instance_saved_at=tuple(times) if len(times) > 1 else (),
         )
 
+    def rows_written(self) -> bool:
+        return self.early is not None or self.rows is not None
+
+    def overlay(self, frame: Save) -> dict[int, dict[int, bytes]]:
+        if self.rows is None:
+            return super().overlay(frame)
+        fid, indices, raws = self.rows
+        return {fid: dict(zip(indices, raws, strict=True))}
+
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         assert self.plan is not None
         before_row, frame, head, _ = self.plan
+        if self.rows is not None and self.early is None:
+            fid, indices, raws = self.rows
+            write_instance_rows(txn, self.owner._sid_of(done), fid, indices, raws)
         if head is None:  # built against the row alone: no head to cache
             assert before_row is not None
+            sid = self.owner._sid_of(done)
             write_instance_saves(
                 txn,
-                self.owner._sid_of(done),
+                sid,
                 before_row,
                 frame,
                 seq=done.seq,
-                chain_bytes=before_row.chain_bytes + done.stored_bytes,
-                rows_written=self.early is not None,
+                book=_book_after(txn, sid, before_row, frame, done),
+                rows_written=self.rows_written(),
             )
         else:
             super().appended(txn, done)
         if self.rejected:
             self.owner._rejected.append(self)
+
+
+def _book_after(txn: WriteTxn, sid: int, before: HeadRow, frame: Save, done: Appended) -> Book:
+    """The head row's bookkeeping after ``frame``; marks a paged snapshot it completes."""
+    book, completed = book_after(book_of(before), frame, done.seq, done.stored_bytes)
+    if completed:
+        write_snapshot_mark(txn, sid, completed, done.seq)
+    return book
 
 
 def _headers(layout: Iterable[FanOutHeader]) -> dict[_FanOutKey, FanOutHeader]:
@@ -520,6 +656,13 @@ class CheckpointLog:
         self._last_stream: object = None
         self._last_key: tuple[Any, Any, Any, _FanOutKey] = (None, None, None, ("", (), ()))
         self.batch_bytes_max = min(BATCH_BYTES_MAX, log.frame_bytes_max // 4)
+        # Paged snapshots: a head with more instances than this (or whose last snapshot was
+        # bigger) is snapshotted in pages of at most these many rows / bytes, one per frame.
+        self.snapshot_instances_max = SNAPSHOT_INSTANCES_MAX
+        self.snapshot_bytes_max = min(SNAPSHOT_BYTES_MAX, log.frame_bytes_max // 4)
+        self.page_rows_max = PAGE_ROWS_MAX
+        self.page_bytes_max = min(PAGE_BYTES_MAX, log.frame_bytes_max // 4)
+        self.head_rows_cached_max = HEAD_ROWS_CACHED_MAX
         log.txn_hooks = _Hooks(self)
 
     @classmethod
@@ -628,6 +771,56 @@ class CheckpointLog:
     def _cache_drop(self, stream: str) -> None:
         self._cache.pop(stream, None)
 
+    def _paged(self, row: HeadRow) -> bool:
+        """Whether a snapshot of this head is written in pages (too many instances, or a
+        last snapshot too big, for one frame)."""
+        return (
+            sum(hd.instance_count for hd in row.layout) > self.snapshot_instances_max
+            or row.snapshot_bytes > self.snapshot_bytes_max
+        )
+
+    def _with_page(
+        self,
+        txn: WriteTxn,
+        sid: int,
+        seq: int,
+        row: HeadRow,
+        frame: Save,
+        layout: tuple[FanOutHeader, ...],
+        next_fid: int,
+        overlays: dict[int, dict[int, bytes]],
+    ) -> Save:
+        """``frame`` carrying the next page of the paged snapshot in progress in ``row`` (or
+        its first page, when none is: then the rest of ``frame`` restates the record): the
+        instances as they stand after ``frame``, read from the rows with ``frame``'s own
+        changes laid over them."""
+        first = not row.paging_since
+        at = page_at(layout, 0, 0) if first else page_at(layout, row.page_fid, row.page_next)
+        back = 0 if first else seq - row.paging_since
+        extra: dict[str, Any] = {"layout": layout, "next_fid": next_fid} if first else {}
+        if at is None:  # nothing (left) to page: an empty last page completes it
+            return msgspec.structs.replace(
+                frame, page=InstancePage(back, 0, 0, 0, (), True, **extra)
+            )
+        fid, start = at
+        hd = next(h for h in layout if h.fid == fid)
+        overlay = overlays.get(fid, {})
+        # Pages follow the saves: a page of about twice the frame's changes (at least
+        # PAGE_ROWS_MIN) keeps paging a fixed share of each save's cost, whatever N.
+        changed = sum(map(len, overlays.values()))
+        rows_max = min(self.page_rows_max, max(PAGE_ROWS_MIN, 2 * changed))
+        stop, _, raw = read_page(txn, sid, hd, start, overlay, rows_max, self.page_bytes_max)
+        page = InstancePage(
+            back,
+            fid,
+            start,
+            stop,
+            msgspec.Raw(raw),  # type: ignore[arg-type]  # encodes as the InstanceChange array
+            page_at(layout, fid, stop) is None,
+            **extra,
+        )
+        return msgspec.structs.replace(frame, page=page)
+
     # -- saving --------------------------------------------------------------------------------
 
     def _incoming(self, invocation_id: str, record: Any, kind: str) -> Incoming:
@@ -708,6 +901,46 @@ class CheckpointLog:
         """Validate one ``save_instance`` call. The invocation id and the fan-out's name,
         namespace and lineage are checked once for a run of calls passing the same objects
         (as a loop over a fan-out's items does); each call's index and progress are checked."""
+        if (
+            progress.__class__ is FanOutInstanceProgress
+            and index.__class__ is int
+            and 0 <= index < INDEX_END
+            and invocation_id is self._last_stream
+            and saved_at is None
+        ):  # the common call, checked inline (the same checks, the same outcome)
+            cached = self._last_key
+            state = progress.state
+            inner = progress.completed_inner_positions
+            if (
+                cached[0] is fan_out_node_name
+                and cached[1] is namespace
+                and cached[2] is lineage
+                and state.__class__ is str
+                and state in STATES
+                and progress.result_is_error.__class__ is bool
+                and inner.__class__ is tuple
+                and not inner
+            ):
+                raw = quick_progress(progress)
+                if raw is not None:
+                    return _InstanceChange(cached[3], index, progress, time.time(), raw)
+        key = self._fan_out_key(invocation_id, fan_out_node_name, namespace, lineage)
+        check_instance_save(index, progress, saved_at)
+        conv = progress if progress.__class__ is FanOutInstanceProgress else instance_from(progress)
+        raw = encode_progress(conv, index)
+        return _InstanceChange(
+            key, index, conv, time.time() if saved_at is None else float(saved_at), raw
+        )
+
+    def _fan_out_key(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        namespace: tuple[str, ...],
+        lineage: tuple[EnclosingFanOutInstance, ...],
+    ) -> _FanOutKey:
+        """The fan-out a ``save_instance`` call names, checked (once for a run of calls
+        passing the same immutable objects)."""
         if invocation_id is not self._last_stream:
             stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
             self._last_stream = invocation_id
@@ -726,22 +959,122 @@ class CheckpointLog:
                 and all(x.__class__ is EnclosingFanOutInstance for x in lineage)
             ):  # immutable all the way down: the same objects next time mean the same key
                 self._last_key = cached
-        check_instance_save(index, progress, saved_at)
-        conv = progress if progress.__class__ is FanOutInstanceProgress else instance_from(progress)
-        raw = encode_progress(conv, index)
-        return _InstanceChange(
-            cached[3], index, conv, time.time() if saved_at is None else float(saved_at), raw
+        return cached[3]
+
+    def save_instances(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        items: Iterable[tuple[int, Any]],
+        *,
+        namespace: tuple[str, ...] = (),
+        lineage: tuple[EnclosingFanOutInstance, ...] = (),
+        saved_at: float | None = None,
+    ) -> None:
+        """Save many instances of one fan-out at once: ``items`` yields ``(index, progress)``
+        pairs (an index may repeat: the later wins). O(items), whatever the fan-out's size.
+
+        Every item is checked before anything is queued: a bad one raises what
+        :meth:`save_instance` would, naming the item, and nothing of the call is saved; so
+        does an index outside the fan-out or a fan-out the head lacks. The call is one batch
+        (frames of up to ``BATCH_CHANGES_MAX`` changes, committed together): durable on return
+        without batching; under batching buffered like as many ``save_instance`` calls.
+        """
+        frames = self._instance_batches(
+            invocation_id, fan_out_node_name, items, namespace, lineage, saved_at
         )
+        if not frames:
+            return
+        log = self.log
+        if self._flush_every <= 0:
+            for frame in frames[:-1]:
+                log.append(invocation_id, frame, durable=False)
+            log.append(invocation_id, frames[-1])  # commits the call's frames with it
+            return
+        for frame in frames:
+            log.append(invocation_id, frame, durable=False)
+        if self._count_pending(sum(len(f.changes) for f in frames)):
+            log.flush()
+
+    def _instance_batches(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        items: Iterable[tuple[int, Any]],
+        namespace: tuple[str, ...],
+        lineage: tuple[EnclosingFanOutInstance, ...],
+        saved_at: float | None,
+    ) -> list[_InstanceSaves]:
+        """A ``save_instances`` call checked whole (nothing queued yet), as its frames."""
+        if isinstance(items, (str, bytes, dict)):
+            fail("items", "an iterable of (index, FanOutInstanceProgress) pairs", items)
+        try:
+            listed = list(items)
+        except TypeError:
+            fail("items", "an iterable of (index, FanOutInstanceProgress) pairs", items)
+        key = self._fan_out_key(invocation_id, fan_out_node_name, namespace, lineage)
+        check_instance_save(0, NOT_STARTED, saved_at)
+        indices, progs, raws = check_instance_items(listed)
+        if not indices:
+            return []
+        self._check_in_head(invocation_id, key, indices)
+        at = time.time() if saved_at is None else float(saved_at)
+        changes = list(
+            map(_InstanceChange, itertools.repeat(key), indices, progs, itertools.repeat(at), raws)
+        )
+        frames: list[_InstanceSaves] = []
+        start, size = 0, 0
+        for k, raw in enumerate(raws):
+            size += len(raw) + INSTANCE_OVERHEAD_BYTES
+            if k - start >= BATCH_CHANGES_MAX or size > self.batch_bytes_max:
+                frames.append(_InstanceSaves.of_call(self, changes[start:k]))
+                start, size = k, len(raw) + INSTANCE_OVERHEAD_BYTES
+        frames.append(_InstanceSaves.of_call(self, changes[start:]))
+        return frames
+
+    def _check_in_head(self, invocation_id: str, key: _FanOutKey, indices: list[int]) -> None:
+        """Refuse a call naming a fan-out the committed head lacks, or an index outside it,
+        before anything is queued (unless saves of the invocation are buffered, which may add
+        it: the writer then refuses the whole call's frames instead)."""
+        if self.log.buffered_count(invocation_id):
+            return
+        with self.log.backend.read() as txn:
+            sid = self.log.stream_id(txn, invocation_id)
+            try:
+                row = None if sid is None else read_row(txn, sid)
+            except msgspec.DecodeError:
+                return  # the writer says what is wrong with it
+        header = None if row is None else _headers(row.layout).get(key)
+        name, namespace, _ = key
+        if row is None:
+            raise InvalidRecord(
+                f"save_instances for {invocation_id!r}: nothing is saved for this invocation; "
+                "save a record whose fan_out_progress holds the fan-out first (nothing of this "
+                "call was saved)"
+            )
+        if header is None:
+            raise InvalidRecord(
+                f"save_instances for {invocation_id!r}: the head has no fan-out {name!r} in "
+                f"namespace {namespace!r}; save a record whose fan_out_progress holds it first "
+                "(nothing of this call was saved)"
+            )
+        if max(indices) >= header.instance_count:
+            k = next(k for k, i in enumerate(indices) if i >= header.instance_count)
+            raise InvalidRecord(
+                f"save_instances for {invocation_id!r}: items[{k}] has index {indices[k]}, "
+                f"outside fan-out {name!r} of {header.instance_count} instances (nothing of "
+                "this call was saved)"
+            )
 
     def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
         """Buffered without counting toward ``flush_every`` under batching, else durable."""
         inc = self._incoming(invocation_id, record, "fan_out_in_flight_failure")
         self.log.append(invocation_id, _Save(self, inc), durable=self._flush_every <= 0)
 
-    def _count_pending(self) -> bool:
-        """Count one buffered save; ``True`` when the buffer is due for a flush."""
+    def _count_pending(self, saves: int = 1) -> bool:
+        """Count buffered saves; ``True`` when the buffer is due for a flush."""
         with self._pending_lock:
-            self._pending += 1
+            self._pending += saves
             if self._pending >= self._flush_every:
                 self._pending = 0
                 return True
@@ -1087,6 +1420,35 @@ class Checkpointer:
         cl.log.buffer_into(invocation_id, change, cl._new_batch)
         if cl._count_pending():
             await cl.log.flush_async()
+
+    async def save_instances(
+        self,
+        invocation_id: str,
+        fan_out_node_name: str,
+        items: Iterable[tuple[int, Any]],
+        *,
+        namespace: tuple[str, ...] = (),
+        lineage: tuple[EnclosingFanOutInstance, ...] = (),
+        saved_at: float | None = None,
+    ) -> None:
+        """Async :meth:`CheckpointLog.save_instances` (checked and queued before the first
+        ``await``)."""
+        cl = self.sync
+        frames = cl._instance_batches(
+            invocation_id, fan_out_node_name, items, namespace, lineage, saved_at
+        )
+        if not frames:
+            return
+        log = cl.log
+        if cl._flush_every <= 0:
+            for frame in frames[:-1]:
+                log.append(invocation_id, frame, durable=False)
+            await log.append_async(invocation_id, frames[-1])
+            return
+        for frame in frames:
+            log.append(invocation_id, frame, durable=False)
+        if cl._count_pending(sum(len(f.changes) for f in frames)):
+            await log.flush_async()
 
     async def load(self, invocation_id: str) -> CheckpointRecord | None:
         return await self.sync.load_async(invocation_id)

@@ -60,6 +60,29 @@ class InstanceChange(msgspec.Struct, frozen=True, array_like=True):
     progress: FanOutInstanceProgress
 
 
+class InstancePage(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A page of a paged snapshot: the instances ``start <= index < stop`` of fan-out ``fid``
+    as the record holds them after the frame carrying the page (listed sparsely: absent = not
+    started). The fold applies it after the frame's own changes.
+
+    A record with more fan-out instances than one frame should hold is snapshotted in pages
+    riding on consecutive saves: the first (``back == 0``) restates every other field of the
+    record, with the fan-out ``layout`` and ``next_fid`` here, and each later page is ``back``
+    frames after it; the one with ``last`` set completes it. Folding from the first frame
+    through the last then gives the record exactly (every instance is either restated by its
+    page or changed after it), so ``record_at`` starts there once the snapshot is complete.
+    """
+
+    back: int  # frames back to the paged snapshot's first frame (0: this frame)
+    fid: int
+    start: int
+    stop: int
+    instances: tuple[InstanceChange, ...] = ()
+    last: bool = False
+    layout: tuple[FanOutHeader, ...] | None = None  # the first page only
+    next_fid: int = 0  # the first page only
+
+
 class Save(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="sv"):
     """A save as a delta. ``None`` means unchanged; ``positions_from`` -1 means unchanged.
 
@@ -81,6 +104,9 @@ class Save(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="sv")
     # Format 2: when one frame carries several buffered ``save_instance`` calls (a batch), the
     # time of each, parallel to ``instances``; empty = every change was saved at ``saved_at``.
     instance_saved_at: tuple[float, ...] = ()
+    # Format 3: a page of a paged snapshot (:class:`InstancePage`), for records whose fan-outs
+    # are too big for one snapshot frame; ``None`` on every other save.
+    page: InstancePage | None = None
 
 
 class Compacted(msgspec.Struct, frozen=True, array_like=True):

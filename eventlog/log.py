@@ -260,7 +260,8 @@ class EventLog:
         self._max_key = backend.max_key_bytes
         self._ids: dict[str, int] = {}
         self._names: dict[int, str] = {}
-        self._cond = threading.Condition()
+        self._mutex = threading.RLock()  # the condition's lock (entered directly on hot paths)
+        self._cond = threading.Condition(self._mutex)
         self._queue: collections.deque[_Item] = collections.deque()
         self._buffers: dict[str, list[_Item]] = {}
         self._buffered = 0
@@ -424,8 +425,9 @@ class EventLog:
         stream's last buffered frame when that frame takes it (``DeferredFrame.add``), else
         as the new frame ``make(value)``. The per-call path of batch frames: no item, no
         frame object and one lock round trip per value."""
-        with self._cond:
-            self._check_open()
+        with self._mutex:  # the condition's lock, without Condition.__enter__'s Python frame
+            if self._failed is not None or self._closed:
+                self._check_open()
             buf = self._buffers.get(stream)
             if buf:
                 last = buf[-1]

@@ -16,14 +16,17 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import struct
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.codec import enc_hook
-from eventlog.frames import FanOutHeader, InstanceChange, Save
+from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot
 from eventlog.layout import U16, U32, U32X2, U64
 from eventlog.records import (
     NOT_STARTED,
@@ -56,6 +59,50 @@ class HeadRow(msgspec.Struct, frozen=True, array_like=True):
     snapshot_seq: int = 0
     chain_bytes: int = 0  # bytes of frames appended since the last snapshot
     snapshot_bytes: int = 0  # bytes of the last snapshot frame
+    # A paged snapshot in progress (eventlog.frames.InstancePage): the seq of its first frame
+    # (0: none), and where its next page starts (fan-out id, index).
+    paging_since: int = 0
+    page_fid: int = 0
+    page_next: int = 0
+
+
+class Book(NamedTuple):
+    """A head row's snapshot bookkeeping (the fields after ``next_fid``)."""
+
+    snapshot_seq: int = 0
+    chain_bytes: int = 0
+    snapshot_bytes: int = 0
+    paging_since: int = 0
+    page_fid: int = 0
+    page_next: int = 0
+
+
+def book_of(row: HeadRow | None) -> Book:
+    if row is None:
+        return Book()
+    return Book(
+        row.snapshot_seq, row.chain_bytes, row.snapshot_bytes,
+        row.paging_since, row.page_fid, row.page_next,
+    )  # fmt: skip
+
+
+def book_after(before: Book, frame: Any, seq: int, stored: int) -> tuple[Book, int]:
+    """The bookkeeping after checkpoint frame ``frame`` (stream seq ``seq``, ``stored`` bytes)
+    and the seq of the paged snapshot it completes (0: none). The writer and the view's
+    rebuild both call it, so their head rows agree byte for byte."""
+    if isinstance(frame, Snapshot):
+        return Book(seq, 0, stored), 0
+    page = getattr(frame, "page", None)
+    if page is None:  # the common save: positional, not _replace (a Python-level call)
+        snap_seq, chain, snap, since, fid, nxt = before
+        return Book(snap_seq, chain + stored, snap, since, fid, nxt), 0
+    since = seq - page.back
+    if since < 1:  # its first frame is gone (compacted away): a plain save here
+        return Book(before.snapshot_seq, before.chain_bytes + stored, before.snapshot_bytes), 0
+    chain = stored if page.back == 0 else before.chain_bytes + stored
+    if page.last:  # complete: record_at may start at ``since`` from now on
+        return Book(seq, 0, chain), since
+    return Book(before.snapshot_seq, chain, before.snapshot_bytes, since, page.fid, page.stop), 0
 
 
 _enc = msgspec.msgpack.Encoder(enc_hook=enc_hook)  # as the caller's checks encode values
@@ -63,6 +110,8 @@ NOT_STARTED_ROW: Final = _enc.encode(NOT_STARTED)  # what no row stands for
 _dec_row = msgspec.msgpack.Decoder(HeadRow)
 _dec_pos = msgspec.msgpack.Decoder(NodePosition)
 _dec_inst = msgspec.msgpack.Decoder(FanOutInstanceProgress)
+_dec_insts = msgspec.msgpack.Decoder(list[FanOutInstanceProgress])
+LOAD_CHUNK_ROWS: Final = 1 << 16  # fan-out rows read and decoded at once by read_instances
 
 
 def corr_key(correlation_id: str, sid: int) -> bytes:
@@ -110,14 +159,32 @@ def read_head(txn: ReadTxn, sid: int, row: HeadRow | None = None) -> tuple[Head,
     return head, row
 
 
+def read_positions(txn: ReadTxn, sid: int) -> list[NodePosition]:
+    return [_dec_pos.decode(v) for _, v in txn.scan_prefix(POSITIONS, U64.pack(sid))]
+
+
 def read_instances(txn: ReadTxn, sid: int, hd: FanOutHeader) -> list[FanOutInstanceProgress]:
     """Every instance of fan-out ``hd`` from its rows (absent: not started), the rows read in
     bulk (:meth:`ReadTxn.prefix_rows`)."""
-    instances = [NOT_STARTED] * hd.instance_count
-    unpack, decode = U32.unpack_from, _dec_inst.decode
-    for key, v in txn.prefix_rows(FANOUT, U64.pack(sid) + U32.pack(hd.fid)):
-        instances[unpack(key, 12)[0]] = decode(v)
-    return instances
+    instances: list[FanOutInstanceProgress] = [NOT_STARTED] * hd.instance_count
+    prefix = U64.pack(sid) + U32.pack(hd.fid)
+    start, stop = prefix, prefix + U32.pack(hd.instance_count)
+    while True:  # chunks of rows, each decoded by one call (a msgpack array of the values)
+        chunk = txn.rows(FANOUT, start, stop, LOAD_CHUNK_ROWS)
+        if not chunk:
+            return instances
+        n = len(chunk)
+        first = U32.unpack_from(chunk[0][0], 12)[0]
+        last = U32.unpack_from(chunk[-1][0], 12)[0]
+        decoded = _dec_insts.decode(_array_header(n) + b"".join(map(_second, chunk)))
+        if last - first + 1 == n:  # dense (keys ascend): one slice
+            instances[first : last + 1] = decoded
+        else:
+            for (key, _), x in zip(chunk, decoded, strict=True):
+                instances[U32.unpack_from(key, 12)[0]] = x
+        if n < LOAD_CHUNK_ROWS:
+            return instances
+        start = chunk[-1][0] + b"\x00"
 
 
 def head_rows(txn: ReadTxn) -> Iterator[tuple[int, bytes]]:
@@ -155,13 +222,12 @@ def write_save(
     delta: Save,
     head: Head,
     *,
-    snapshot_seq: int,
-    chain_bytes: int,
-    snapshot_bytes: int,
+    book: Book,
     rows_written: bool = False,
 ) -> HeadRow:
-    """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows
-    (``rows_written``: its instance rows are written already, by :func:`write_instances`)."""
+    """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows, with
+    snapshot bookkeeping ``book`` (``rows_written``: its instance rows are written already, by
+    :func:`write_instances`)."""
     k = U64.pack(sid)
     if delta.state is not None or delta.state_splice is not None:
         txn.put(BODIES, k + b"s", head.state)
@@ -200,9 +266,12 @@ def write_save(
         positions_count=len(head.positions),
         layout=tuple(s.header for s in head.slots),
         next_fid=head.next_fid,
-        snapshot_seq=snapshot_seq,
-        chain_bytes=chain_bytes,
-        snapshot_bytes=snapshot_bytes,
+        snapshot_seq=book.snapshot_seq,
+        chain_bytes=book.chain_bytes,
+        snapshot_bytes=book.snapshot_bytes,
+        paging_since=book.paging_since,
+        page_fid=book.page_fid,
+        page_next=book.page_next,
     )
     txn.put(HEADS, k, _enc.encode(row))
     return row
@@ -220,7 +289,7 @@ def _write_instances(txn: WriteTxn, k: bytes, instances: Iterable[Any]) -> None:
     for ch in instances:
         key = k + pack(ch.fid, ch.index)
         p: Any = ch.progress  # a batch carries each instance encoded already (msgspec.Raw)
-        value = bytes(p) if p.__class__ is raw_type else encode(p)
+        value = p if p.__class__ is bytes else bytes(p) if p.__class__ is raw_type else encode(p)
         if value == NOT_STARTED_ROW:  # absent = not started (is_not_started, as bytes)
             if rows:  # keep the order: an index may change more than once in a batch
                 txn.put_many(FANOUT, rows)
@@ -239,7 +308,7 @@ def write_instance_saves(
     delta: Save,
     *,
     seq: int,
-    chain_bytes: int,
+    book: Book,
     rows_written: bool = False,
 ) -> HeadRow:
     """Apply ``delta``, a frame of instance changes only (which leaves every field of the
@@ -250,7 +319,16 @@ def write_instance_saves(
     if not rows_written:
         _write_instances(txn, k, delta.instances)
     row = msgspec.structs.replace(
-        before, last_saved_at=delta.saved_at, kind=delta.kind, seq=seq, chain_bytes=chain_bytes
+        before,
+        last_saved_at=delta.saved_at,
+        kind=delta.kind,
+        seq=seq,
+        snapshot_seq=book.snapshot_seq,
+        chain_bytes=book.chain_bytes,
+        snapshot_bytes=book.snapshot_bytes,
+        paging_since=book.paging_since,
+        page_fid=book.page_fid,
+        page_next=book.page_next,
     )
     txn.put(HEADS, k, _enc.encode(row))
     return row
@@ -276,17 +354,124 @@ def full_save(head: Head) -> Save:
     )
 
 
-def write_snapshot_mark(txn: WriteTxn, sid: int, seq: int) -> None:
-    txn.put(SNAPSHOTS, U64.pack(sid) + U64.pack(seq), b"")
+def write_snapshot_mark(txn: WriteTxn, sid: int, seq: int, completed: int = 0) -> None:
+    """Mark a snapshot starting at ``seq``: a snapshot frame (``completed`` 0), or a paged
+    snapshot whose last page is at seq ``completed`` (the mark is written then)."""
+    txn.put(SNAPSHOTS, U64.pack(sid) + U64.pack(seq), U64.pack(completed) if completed else b"")
 
 
 def last_snapshot_at_or_before(txn: ReadTxn, sid: int, seq: int) -> int:
-    """The seq of the newest snapshot ``<= seq`` (1 when none: fold from the start)."""
+    """The seq where folding for the record at ``seq`` starts: the newest snapshot ``<= seq``
+    complete by ``seq`` (1 when none: fold from the start)."""
     k = U64.pack(sid)
-    for key, _ in txn.scan(SNAPSHOTS, k, k + U64.pack(seq + 1), reverse=True, limit=1):
-        found: int = U64.unpack_from(key, 8)[0]
-        return found
+    for key, v in txn.scan(SNAPSHOTS, k, k + U64.pack(seq + 1), reverse=True, limit=2):
+        if not v or U64.unpack(v)[0] <= seq:
+            found: int = U64.unpack_from(key, 8)[0]
+            return found
     return 1
+
+
+def page_at(layout: Iterable[FanOutHeader], fid: int, start: int) -> tuple[int, int] | None:
+    """Where a paged snapshot's page after ``(fid, start)`` begins in ``layout`` (fan-outs in
+    fid order), or ``None``: every instance is paged."""
+    for hd in sorted(layout, key=lambda h: h.fid):
+        if hd.fid == fid and start < hd.instance_count:
+            return fid, start
+        if hd.fid > fid and hd.instance_count > 0:
+            return hd.fid, 0
+    return None
+
+
+def read_page(
+    txn: ReadTxn,
+    sid: int,
+    hd: FanOutHeader,
+    start: int,
+    overlay: dict[int, bytes],
+    rows_max: int,
+    bytes_max: int,
+) -> tuple[int, int, bytes]:
+    """``(stop, rows, raw)``: the instance rows of fan-out ``hd`` from index ``start`` (at most
+    ``rows_max`` rows or about ``bytes_max`` bytes; ``stop``: the first index not covered)
+    with ``overlay`` (a frame's changes not yet in the rows, index -> encoded progress) laid
+    over them, not-started instances left out, as the msgpack array of ``InstanceChange``s an
+    :class:`~eventlog.frames.InstancePage` holds (``raw``; ``rows`` entries). Assembled from
+    the rows' bytes at C speed (no instance is decoded or encoded)."""
+    prefix = U64.pack(sid) + U32.pack(hd.fid)
+    count = hd.instance_count
+    pairs = txn.rows(FANOUT, prefix + U32.pack(start), prefix + U32.pack(count), rows_max)
+    stop = count
+    if pairs:
+        sizes = list(itertools.accumulate(map(len, map(_second, pairs))))
+        if sizes[-1] > bytes_max:
+            pairs = pairs[: bisect.bisect_left(sizes, bytes_max) + 1]
+            stop = U32.unpack_from(pairs[-1][0], 12)[0] + 1
+        elif len(pairs) >= rows_max:
+            stop = U32.unpack_from(pairs[-1][0], 12)[0] + 1
+    indices = [x[0] for x in map(U32.unpack_from, map(_first, pairs), itertools.repeat(12))]
+    values = list(map(_second, pairs))
+    laid = {i: v for i, v in overlay.items() if start <= i < stop}
+    if laid:
+        rows = dict(zip(indices, values, strict=True))
+        rows.update(laid)
+        merged = sorted((i, v) for i, v in rows.items() if v != NOT_STARTED_ROW)
+        indices, values = [i for i, _ in merged], [v for _, v in merged]
+    return stop, len(indices), change_array(hd.fid, indices, values)
+
+
+def change_array(fid: int, indices: list[int], raws: list[bytes]) -> bytes:
+    """The msgpack array of ``InstanceChange(fid, index, progress)`` for each index and
+    encoded progress, assembled from the bytes at C speed."""
+    head = b"\x93" + _enc.encode(fid)
+    return _array_header(len(indices)) + b"".join(
+        itertools.chain.from_iterable(
+            zip(itertools.repeat(head), map(_enc.encode, indices), raws, strict=False)
+        )
+    )
+
+
+_ROW_KEY: Final = struct.Struct(">QII")  # sid, fid, index: a fan-out row's key
+
+
+def write_instance_rows(
+    txn: WriteTxn, sid: int, fid: int, indices: list[int], raws: list[bytes]
+) -> None:
+    """The rows of changes ``(fid, index, encoded progress)`` in order (the later wins), at C
+    speed; a change back to not started deletes its row."""
+    if NOT_STARTED_ROW in raws:
+        _write_instances(txn, U64.pack(sid), map(_RowChange, itertools.repeat(fid), indices, raws))
+        return
+    keys = map(_ROW_KEY.pack, itertools.repeat(sid), itertools.repeat(fid), indices)
+    txn.put_many(FANOUT, list(zip(keys, raws, strict=False)))
+
+
+class _RowChange(msgspec.Struct, frozen=True, gc=False):
+    fid: int
+    index: int
+    progress: bytes
+
+
+def _first(pair: tuple[bytes, bytes]) -> bytes:
+    return pair[0]
+
+
+def _second(pair: tuple[bytes, bytes]) -> bytes:
+    return pair[1]
+
+
+def _array_header(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` elements."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def encoded(progress: Any) -> bytes:
+    """An instance's row bytes (``progress`` is a ``FanOutInstanceProgress`` or, in a batch,
+    already encoded as ``msgspec.Raw``)."""
+    return bytes(progress) if progress.__class__ is msgspec.Raw else _enc.encode(progress)
 
 
 _COMPLETED: Final = b"\xa9completed"  # an instance row's state, right after the array header

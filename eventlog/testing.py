@@ -46,7 +46,7 @@ from eventlog.errors import (
     SeqOutOfRange,
     UnknownInvocation,
 )
-from eventlog.frames import Event
+from eventlog.frames import Event, Save
 from eventlog.records import (
     NOT_STARTED,
     CheckpointFilter,
@@ -1076,6 +1076,112 @@ class CheckpointLogContract:
         report = cl.verify()
         assert report.ok, str(report)
 
+    def test_save_instances_saves_a_call_as_one_batch(self, opener: Opener) -> None:
+        cl = opener()
+        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 6)])
+        cl.save("a", base)
+        items = [
+            (4, in_flight(pos("x", 4))),
+            (1, done({"i": 1})),
+            (4, done([4, 4.5])),
+            (0, done(0)),
+        ]
+        cl.save_instances("a", "outer", iter(items), namespace=NS, saved_at=2.0)
+        expected = base
+        for i, progress in items:
+            expected = with_instance(expected, 0, i, progress)
+        assert cl.load("a") == msgspec.structs.replace(expected, last_saved_at=2.0)
+        frames = [sf.frame for sf in cl.log.read_stream("a")]
+        assert len(frames) == 2  # durable on return, as one frame
+        assert [c.index for c in frames[1].instances] == [4, 1, 4, 0]
+        cl.save_instances("a", "outer", [], namespace=NS)  # nothing: nothing logged
+        assert len(list(cl.log.read_stream("a"))) == 2
+        assert_history_consistent(cl, "a")
+
+    def test_save_instances_checks_the_whole_call_first(self, opener: Opener) -> None:
+        """A bad item (its index and field named) or an index or fan-out the head lacks: the
+        call raises what save_instance would, and nothing of it is saved."""
+        cl = opener()
+        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 4)])
+        cl.save("a", base)
+        good = [(0, done(0)), (1, done(1))]
+        bad_state = FanOutInstanceProgress(state="finished")  # type: ignore[arg-type]
+        cases: list[tuple[Any, type[Exception], str]] = [
+            ([*good, (2, bad_state)], InvalidRecord, r"items\[2\] \(index 2\).*progress\.state"),
+            ([*good, (-1, done(2))], InvalidRecord, r"items\[2\] \(index -1\).*index"),
+            ([*good, (True, done(2))], InvalidRecord, r"items\[2\]"),
+            ([*good, (2, done(object()))], EncodingError, r"instances\[2\]\.result"),
+            ([*good, (3, done({1, 2}))], EncodingError, r"instances\[3\]\.result"),
+            ([*good, (2,)], InvalidRecord, r"items\[2\]"),
+            ([*good, (9, done(9))], InvalidRecord, r"items\[2\] has index 9, outside"),
+            ("not items", InvalidRecord, r"items"),
+        ]
+        for items, error, match in cases:
+            with pytest.raises(error, match=match):
+                cl.save_instances("a", "outer", items, namespace=NS)
+        with pytest.raises(InvalidRecord, match="no fan-out 'other'"):
+            cl.save_instances("a", "other", good, namespace=NS)
+        with pytest.raises(InvalidRecord, match="nothing is saved"):
+            cl.save_instances("b", "outer", good, namespace=NS)
+        assert cl.load("a") == base
+        assert [e.kind for e in cl.history("a")] == ["save"]
+        batched = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
+        batched.save_fan_out_internal("a", base)  # buffered: the head check is the writer's
+        batched.save_instances("a", "outer", [(0, done(0)), (7, done(7))], namespace=NS)
+        with pytest.raises(InvalidRecord, match="none of this call's 2 changes"):
+            batched.flush()
+        assert batched.load("a") == base
+        assert_history_consistent(batched, "a")
+
+    def test_save_instances_is_batched_by_item_count(self, batched: CheckpointLog) -> None:
+        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * BATCH_EVERY * 2)])
+        batched.save("a", base)
+        batched.save_instances(
+            "a", "outer", [(i, done(i)) for i in range(BATCH_EVERY - 1)], namespace=NS
+        )
+        assert batched.load("a") == base  # buffered
+        batched.save_instances(
+            "a", "outer", [(BATCH_EVERY - 1, done(-1))], namespace=NS, saved_at=5.0
+        )
+        record = batched.load("a")  # the count reached flush_every: flushed
+        assert record is not None
+        assert record.fan_out_progress[0].instances[BATCH_EVERY - 1] == done(-1)
+        assert record.last_saved_at == 5.0
+        assert_history_consistent(batched, "a")
+
+    def test_paged_snapshots_keep_every_frame_small(self, opener: Opener) -> None:
+        """A head with more instances than one snapshot frame should hold is snapshotted in
+        pages riding on later saves (small thresholds here stand in for the defaults, which
+        need ~100,000 instances): no frame holds the whole fan-out, the writer keeps no head
+        of it in memory, and record_at, history, load, verify and a rebuild all agree."""
+        cl = opener(batching=FanOutInternalSaveBatching(flush_every=40))
+        cl.snapshot_instances_max = cl.head_rows_cached_max = 100
+        cl.page_rows_max = 150
+        n = 3000
+        base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * n)])
+        cl.save("a", base)
+        rng = random.Random(20261126)
+        for i in range(n):
+            cl.save_instance("a", "outer", i, done({"i": i, "pad": "x" * 20}), namespace=NS)
+            if i % 5 == 0:
+                j = rng.randrange(n)
+                cl.save_instance("a", "outer", j, in_flight(pos("x", i)), namespace=NS)
+            if i == 1700:  # a whole-record save in the middle of it all
+                cl.flush()
+                current = cl.load("a")
+                assert current is not None
+                cl.save("a", msgspec.structs.replace(current, state={"half": True}))
+        cl.flush()
+        assert "a" not in cl._cache  # the writer holds no head of a fan-out this size
+        frames = [sf.frame for sf in cl.log.read_stream("a")]
+        pages = [f.page for f in frames if isinstance(f, Save) and f.page is not None]
+        assert sum(1 for p in pages if p.last) >= 2  # paged snapshots completed
+        assert max(len(p.instances) for p in pages) <= cl.page_rows_max + 40 + 8
+        assert max(len(getattr(f, "instances", ())) for f in frames) < n // 4
+        assert_history_consistent(cl, "a")
+        report = cl.verify()
+        assert report.ok, str(report)
+
     def test_a_refused_instance_save_leaves_the_rest_of_its_batch(self, opener: Opener) -> None:
         cl = opener(batching=FanOutInternalSaveBatching(flush_every=1000))
         base = make_record("a", fan_outs=[fan_out("outer", [NOT_STARTED] * 3)])
@@ -1602,6 +1708,24 @@ class CheckpointerContract:
             assert_history_consistent(cp.sync, "a")
 
         self.run(tmp_path, body)
+
+    def test_save_instances_async(self, tmp_path: Path) -> None:
+        async def body(cp: Checkpointer) -> None:
+            base = make_record("a", fan_outs=[fan_out("f", [NOT_STARTED] * 5)])
+            await cp.save("a", base)
+            with pytest.raises(InvalidRecord, match=r"items\[1\]"):
+                await cp.save_instances("a", "f", [(0, done(0)), (-3, done(1))], namespace=NS)
+            assert await cp.load("a") == base
+            await cp.save_instances("a", "f", [(3, done(3)), (0, done(0))], namespace=NS)
+            await cp.flush()
+            expected = with_instance(with_instance(base, 0, 3, done(3)), 0, 0, done(0))
+            record = await cp.load("a")
+            assert record is not None
+            assert record.fan_out_progress == expected.fan_out_progress
+            assert_history_consistent(cp.sync, "a")
+
+        self.run(tmp_path, body)
+        self.run(tmp_path / "batched", body, batching=FanOutInternalSaveBatching(flush_every=1000))
 
     def test_delete_after_reopen(self, tmp_path: Path) -> None:
         if not self.persistent:

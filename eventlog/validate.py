@@ -33,7 +33,7 @@ import msgspec
 
 from eventlog.codec import check_lossless, enc_hook, encode_value, too_deep
 from eventlog.errors import EncodingError, InvalidRecord
-from eventlog.records import FanOutInstanceProgress
+from eventlog.records import FanOutInstanceProgress, instance_from
 
 STATES: Final = frozenset(("completed", "in_flight", "not_started"))
 _INT_MIN: Final = -(2**63)
@@ -207,17 +207,20 @@ def _check_instances(instances: Any, idx: list[int] | None, path: str) -> None:
     one pass per field and one encode of all results; the slow path names the first bad one."""
     sub = list(instances) if idx is None else [instances[i] for i in idx]
     at = range(len(sub)) if idx is None else idx
-    try:
-        states = {x.state for x in sub}
-        errs = {x.result_is_error.__class__ for x in sub}
-        inner = [(j, x.completed_inner_positions) for j, x in enumerate(sub)]
+    try:  # C-level passes (map), no per-instance Python objects: a 10,000,000-instance
+        # record is checked without allocating 10,000,000 tuples
+        states = set(map(_state, sub))
+        errs = set(map(type, map(_is_error, sub)))
+        inner = list(map(_inner, sub))
         ok = states <= STATES and errs <= {bool} and all(s.__class__ is str for s in states)
         if ok:
-            encode_value([x.result for x in sub])
+            encode_value(list(map(_result, sub)))
     except (AttributeError, TypeError, EncodingError):
         ok = False
     if ok:
-        for j, ps in inner:
+        if set(map(type, inner)) <= {tuple} and not any(inner):
+            return  # no inner positions anywhere
+        for j, ps in enumerate(inner):
             if ps.__class__ is not tuple or ps:
                 check_positions(ps, f"{path}[{at[j]}].completed_inner_positions")
         return
@@ -451,3 +454,103 @@ def encode_progress(progress: FanOutInstanceProgress, index: int) -> bytes:
 
 
 _progress_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+
+
+_progress_decoder: Final = msgspec.msgpack.Decoder(FanOutInstanceProgress)
+
+
+def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[bytes]]:
+    """``save_instances``' items, each an ``(index, progress)`` pair, checked as a whole:
+    ``(indices, progresses, encoded progresses)``. Nothing is returned unless every item
+    passes; the first bad one raises what ``save_instance`` would for it, naming the item.
+
+    Fast when all are valid: the fields are checked in bulk, each progress is encoded and
+    decoded back in C, and an item whose decoded form equals it is lossless; only items that
+    differ go through the exact check (:func:`check_lossless`), so the same values are
+    refused with the same messages."""
+    if not items:
+        return [], [], []
+    if set(map(type, items)) != {tuple} or set(map(len, items)) != {2}:
+        for k, it in enumerate(items):
+            if not isinstance(it, (tuple, list)) or len(it) != 2:
+                fail(f"items[{k}]", "an (index, FanOutInstanceProgress) pair", it)
+    indices = list(map(_first, items))
+    progs = list(map(_second, items))
+    fast = (
+        set(map(type, indices)) == {int}
+        and min(indices) >= 0
+        and max(indices) < _INT_END
+        and set(map(type, progs)) <= {FanOutInstanceProgress}
+    )
+    if fast:
+        states = set(map(_state, progs))
+        inner = list(map(_inner, progs))
+        fast = (
+            states <= STATES
+            and all(s.__class__ is str for s in states)
+            and set(map(type, map(_is_error, progs))) <= {bool}
+            and set(map(type, inner)) <= {tuple}
+            and not any(inner)
+        )
+    if not fast:
+        for k, (index, x) in enumerate(zip(indices, progs, strict=True)):
+            _item_check(k, index, x)
+        progs = [x if x.__class__ is FanOutInstanceProgress else instance_from(x) for x in progs]
+    try:
+        raws = list(map(_progress_encoder.encode, progs))
+    except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
+        for index, x in zip(indices, progs, strict=True):
+            encode_progress(x, index)  # raises, naming the first that does not encode
+        raise
+    try:
+        same = list(map(_progress_decoder.decode, raws)) == progs
+    except msgspec.DecodeError:
+        same = False
+    if not same:
+        for index, x in zip(indices, progs, strict=True):
+            check_lossless(x.result, f"instances[{index}].result")
+    return indices, progs, raws
+
+
+_first: Final = operator.itemgetter(0)
+_second: Final = operator.itemgetter(1)
+_state: Final = operator.attrgetter("state")
+_inner: Final = operator.attrgetter("completed_inner_positions")
+_is_error: Final = operator.attrgetter("result_is_error")
+_result: Final = operator.attrgetter("result")
+
+
+def _item_check(k: int, index: Any, progress: Any) -> None:
+    try:
+        check_instance_save(index, progress, None)
+    except InvalidRecord as e:
+        raise InvalidRecord(f"save_instances items[{k}] (index {index!r}): {e}") from None
+
+
+_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
+_STR: Final = frozenset((str,))
+
+
+def quick_progress(progress: FanOutInstanceProgress) -> bytes | None:
+    """``progress`` encoded, when it is plainly valid and lossless; ``None`` when it needs
+    :func:`encode_progress`'s exact checks (which then accept or refuse it as always).
+
+    Its other fields are the caller's to check. Lossless: a scalar result, or a dict of str
+    keys and scalar values (what ``check_lossless`` clears at once), or one that decodes back
+    equal (a typed decode, in C)."""
+    try:
+        raw = _progress_encoder.encode(progress)
+    except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
+        return None
+    r = progress.result
+    c = r.__class__
+    if c in _SCALARS or (
+        c is dict and _SCALARS.issuperset(map(type, r.values())) and _STR.issuperset(map(type, r))
+    ):
+        return raw
+    try:
+        if _progress_decoder.decode(raw) == progress:
+            return raw
+    except msgspec.DecodeError:
+        pass
+    return None

@@ -23,7 +23,15 @@ from typing import Any
 import msgspec
 
 from eventlog.errors import CorruptFrame, NotACheckpointFrame
-from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot, StateSplice, Tombstone
+from eventlog.frames import (
+    FanOutHeader,
+    InstanceChange,
+    InstancePage,
+    Save,
+    Snapshot,
+    StateSplice,
+    Tombstone,
+)
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -204,8 +212,12 @@ def apply_inplace(head: Head | None, frame: Any, seq: int, invocation_id: str) -
             "frame; fold only Save, Snapshot and Tombstone frames (skip the others, as "
             "CheckpointLog.history does)"
         )
+    page = frame.page
     if head is None:
         head = Head(invocation_id, "", "", b"\xc0", b"\x90", [], 0.0, frame.kind)
+        if page is not None and page.layout is not None:  # a paged snapshot starts here
+            head.slots = [Slot(hd, [NOT_STARTED] * hd.instance_count) for hd in page.layout]
+            head.next_fid = page.next_fid
     if frame.correlation_id is not None:
         head.correlation_id = frame.correlation_id
     if frame.schema_version is not None:
@@ -227,6 +239,8 @@ def apply_inplace(head: Head | None, frame: Any, seq: int, invocation_id: str) -
         ]
         head.next_fid = max([head.next_fid, *(hd.fid + 1 for hd in frame.layout)])
     _apply_instances(head, frame.instances)
+    if page is not None:
+        _apply_page(head, page, seq)
     head.last_saved_at = frame.saved_at
     head.kind = frame.kind
     head.seq = seq
@@ -241,6 +255,27 @@ def _apply_instances(head: Head, changes: tuple[InstanceChange, ...]) -> None:
         slot = by_fid[ch.fid]
         slot.instances[ch.index] = ch.progress
         slot.src = None
+
+
+def _apply_page(head: Head, page: InstancePage, seq: int) -> None:
+    """Restate instances ``page.start:page.stop`` of fan-out ``page.fid`` (after the frame's
+    changes): what the page lists, the rest not started. A page of a fan-out the record no
+    longer holds restates nothing."""
+    for slot in head.slots:
+        if slot.header.fid == page.fid:
+            break
+    else:
+        return
+    insts = slot.instances
+    if not 0 <= page.start <= page.stop <= len(insts):
+        raise CorruptFrame(
+            f"seq {seq}: a snapshot page covers instances {page.start}..{page.stop} of "
+            f"fan-out {slot.header.fan_out_node_name!r}, which has {len(insts)}; run verify()"
+        )
+    insts[page.start : page.stop] = [NOT_STARTED] * (page.stop - page.start)
+    for ch in page.instances:
+        insts[ch.index] = ch.progress
+    slot.src = None
 
 
 def to_record(head: Head) -> CheckpointRecord:

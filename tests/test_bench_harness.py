@@ -404,7 +404,12 @@ def test_instances_rows_in_the_smoke_run(quick: tuple[dict[str, Any], str]) -> N
     assert _row(data, "linear", "state=200", "jsonl-fsync")["status"] == "n/a"
     assert "peak RSS of the run's process" in stdout
     names = {t["name"] for t in data["targets"]}
-    assert "instances N=1,000 fsync vs sqlite-rows" in names
+    for variant in ("save_instance", "save_instances"):
+        assert f"instances N=1,000 fsync {variant} vs sqlite-rows" in names
+        bulk = _row(data, "instances", "n=1000", f"ckptlog-fsync · {variant}")
+        assert bulk["status"] == "ok"
+        assert bulk["ops_per_run"] == 1000
+        assert {"largest_frame_bytes", "largest_frame_stored_bytes"} <= set(bulk["extra"])
 
 
 def test_partial_runs_are_marked_in_tables_and_targets(
@@ -418,10 +423,16 @@ def test_partial_runs_are_marked_in_tables_and_targets(
     assert f"{row['rate_median']:,.0f}* (=)" in text
     assert "ckptlog-fsync · save_instance (N=1,000): * partial: 1 of 2 runs stopped" in text
     (t,) = [
-        t for t in compute_targets(data) if t["name"] == "instances N=1,000 fsync vs jsonl"
+        t
+        for t in compute_targets(data)
+        if t["name"] == "instances N=1,000 fsync save_instance vs jsonl"
     ] or [None]
     assert t is None  # jsonl is no target peer
-    (t,) = [t for t in compute_targets(data) if t["name"] == "instances N=1,000 fsync vs lmdb-rows"]
+    (t,) = [
+        t
+        for t in compute_targets(data)
+        if t["name"] == "instances N=1,000 fsync save_instance vs lmdb-rows"
+    ]
     assert t["note"] == "partial runs (stopped at the budget)"
     big = json.loads(json.dumps(data))  # a partial run is no whole job: its RSS is not judged
     big["scenarios"]["instances"]["params"][0]["values"]["n"] = 1_000_000

@@ -31,6 +31,7 @@ from eventlog.frames import (
     FanOutHeader,
     Frame,
     InstanceChange,
+    InstancePage,
     Save,
     Snapshot,
     StateSplice,
@@ -188,11 +189,25 @@ GOLDEN_SAVE = Save(
     layout=(FanOutHeader(0, "map", ("outer",), 2, _LINEAGE),),
     instances=(InstanceChange(0, 1, _DONE),), state_splice=StateSplice(2, 1, b"xy"),
     instance_saved_at=(1700000000.125,),
+    page=InstancePage(
+        2, 0, 0, 2, (InstanceChange(0, 1, _DONE),), True,
+        (FanOutHeader(0, "map", ("outer",), 2, _LINEAGE),), 1,
+    ),
 )  # fmt: skip
 # A change here is a format change: new format version + upcaster (docs/frame-format.md).
-# msgpack array of 13: "sv", kind, saved_at, correlation, schema, state (bin), parent states
-# (bin), positions_from, positions, layout, instances, state_splice, instance_saved_at.
+# msgpack array of 14: "sv", kind, saved_at, correlation, schema, state (bin), parent states
+# (bin), positions_from, positions, layout, instances, state_splice, instance_saved_at, page
+# (back, fid, start, stop, instances, last, layout, next_fid).
 GOLDEN_SAVE_HEX = (
+    "9ea27376b066616e5f6f75745f696e7465726e616ccb41d954fc40100000a4636f7272a27632c40481a16101"
+    "c4019001919591a56f75746572a66e6f64655f610300c0919500a36d617091a56f7574657202919391a56f75"
+    "746572a36d6170019193000194a9636f6d706c6574656481a17201c2919591a56f75746572a66e6f64655f61"
+    "0300c0930201c402787991cb41d954fc4008000098020000029193000194a9636f6d706c6574656481a17201"
+    "c2919591a56f75746572a66e6f64655f610300c0c3919500a36d617091a56f7574657202919391a56f757465"
+    "72a36d61700101"
+)
+# Format 2 (before pages): 13 elements, no ``page``.
+GOLDEN_SAVE_V2_HEX = (
     "9da27376b066616e5f6f75745f696e7465726e616ccb41d954fc40100000a4636f7272a27632c40481a16101"
     "c4019001919591a56f75746572a66e6f64655f610300c0919500a36d617091a56f7574657202919391a56f75"
     "746572a36d6170019193000194a9636f6d706c6574656481a17201c2919591a56f75746572a66e6f64655f61"
@@ -225,6 +240,9 @@ def test_checkpoint_frame_encodings_are_pinned() -> None:
 
 def test_checkpoint_frame_golden_bytes_decode() -> None:
     assert FRAME_SER.decode(bytes.fromhex(GOLDEN_SAVE_HEX)) == GOLDEN_SAVE
+    assert FRAME_SER.decode(bytes.fromhex(GOLDEN_SAVE_V2_HEX)) == Save(
+        **{**_fields(GOLDEN_SAVE), "page": None}
+    )
     assert FRAME_SER.decode(bytes.fromhex(GOLDEN_SNAPSHOT_HEX)) == GOLDEN_SNAPSHOT
     assert FRAME_SER.decode(bytes.fromhex(GOLDEN_TOMBSTONE_HEX)) == GOLDEN_TOMBSTONE
 
@@ -232,9 +250,9 @@ def test_checkpoint_frame_golden_bytes_decode() -> None:
 def test_format_1_checkpoint_frames_decode_with_defaults() -> None:
     """Format 1 wrote Save without instance_saved_at and Snapshot without compacted, batch and
     instance_saved_at: the shorter arrays decode, the missing fields at their defaults."""
-    save_v1 = "9c" + GOLDEN_SAVE_HEX[2 : -len("91cb41d954fc40080000")]
+    save_v1 = "9c" + GOLDEN_SAVE_V2_HEX[2 : -len("91cb41d954fc40080000")]
     assert FRAME_SER.decode(bytes.fromhex(save_v1)) == Save(
-        **{**_fields(GOLDEN_SAVE), "instance_saved_at": ()}
+        **{**_fields(GOLDEN_SAVE), "instance_saved_at": (), "page": None}
     )
     cut = GOLDEN_SNAPSHOT_HEX.index("9407c410")  # where `compacted` starts
     snapshot_v1 = "9c" + GOLDEN_SNAPSHOT_HEX[2:cut]

@@ -37,6 +37,8 @@ from eventlog.layout import LOG, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
 from eventlog.log import READ_CHUNK_FRAMES, EventLog
 from eventlog.materialized import (
     TABLES,
+    Book,
+    book_after,
     full_save,
     read_row,
     write_save,
@@ -48,6 +50,7 @@ from eventlog.walker import (
 )
 from projections.records import Head, apply_inplace, snapshot
 
+NO_BOOK: Final = Book()  # immutable: a safe default
 COMPACT_BATCH_FRAMES: Final = 4096  # frames per write transaction of the compacted log
 COMPACT_BATCH_BYTES: Final = 32 << 20
 
@@ -130,9 +133,8 @@ class _Src:
     dest_sid: int = 0
     dest_seq: int = 0
     dest_prev: bytes = ZERO_CHECKSUM
-    snapshot_seq: int = 0  # newest dest snapshot seq
-    snapshot_bytes: int = 0
-    chain_bytes: int = 0
+    book: Book = NO_BOOK  # the dest head row's snapshot bookkeeping, as the writer keeps it
+    completed: int = 0  # a paged snapshot the frame being copied completes (its first seq)
 
 
 @dataclass
@@ -146,6 +148,8 @@ class _Out:
     snapshot: bool
     head: Head | None = None  # set on a stream's last frame: its materialized rows
     frame: Any = None  # the frame, when ``src.view`` applies it
+    book: Book = NO_BOOK  # the head row's bookkeeping after it
+    completed: int = 0  # the first seq of a paged snapshot it completes (0: none)
 
 
 class _Compactor:
@@ -228,6 +232,8 @@ class _Compactor:
             s.events = view is not views.CHECKPOINTS
         if isinstance(frame, Snapshot):
             s.last_snapshot = seq
+        elif isinstance(frame, Save) and frame.page is not None and frame.page.last:
+            s.last_snapshot = max(s.last_snapshot, seq - frame.page.back)  # a paged one
         if s.dropped or seq > s.last:
             return
         if s.events:
@@ -309,15 +315,20 @@ class _Compactor:
                 f"frame_bytes_max={self.dest.frame_bytes_max}"
             )
         s.dest_prev = checksum
+        s.completed = 0
         if snapshot:
-            s.snapshot_seq, s.snapshot_bytes, s.chain_bytes = s.dest_seq, len(envelope), 0
+            s.book = Book(s.dest_seq, 0, len(envelope))
         elif frame is None or isinstance(frame, CHECKPOINT_FRAMES):
-            s.chain_bytes += len(envelope)  # as the writer counts: checkpoint frames only
+            # as the writer counts: checkpoint frames only
+            s.book, s.completed = book_after(s.book, frame, s.dest_seq, len(envelope))
         if head is not None:
             head.seq = s.dest_seq
         self.batch.append(
-            _Out(s, envelope, s.dest_seq, new_stream, snapshot, head, frame if s.view else None)
-        )
+            _Out(
+                s, envelope, s.dest_seq, new_stream, snapshot, head, frame if s.view else None,
+                s.book, s.completed,
+            )
+        )  # fmt: skip
         self.batch_bytes += len(envelope)
         if len(self.batch) >= COMPACT_BATCH_FRAMES or self.batch_bytes >= COMPACT_BATCH_BYTES:
             self.flush()
@@ -326,11 +337,7 @@ class _Compactor:
         if not self.batch:
             return
         batch, first = self.batch, self.next_gseq
-        rows = [
-            (o.src.dest_sid, o.head, o.src.snapshot_seq, o.src.chain_bytes, o.src.snapshot_bytes)
-            for o in batch
-            if o.head is not None
-        ]
+        rows = [(o.src.dest_sid, o.head, o.book) for o in batch if o.head is not None]
 
         def write(txn: WriteTxn) -> None:
             for gseq, o in enumerate(batch, first):
@@ -343,16 +350,15 @@ class _Compactor:
                 txn.put(STREAMS, U64X2.pack(o.src.dest_sid, o.seq), U64.pack(gseq))
                 if o.snapshot and not o.src.events:
                     write_snapshot_mark(txn, o.src.dest_sid, o.seq)
+                if o.completed and not o.src.events:
+                    write_snapshot_mark(txn, o.src.dest_sid, o.completed, o.seq)
                 if o.src.view is not None:
                     o.src.view.apply(
                         txn, o.src.name, o.src.dest_sid, o.seq, o.frame, len(o.envelope)
                     )
-            for dest_sid, head, snap_seq, chain, snap_bytes in rows:
+            for dest_sid, head, book in rows:
                 assert head is not None
-                write_save(
-                    txn, dest_sid, None, full_save(head), head,
-                    snapshot_seq=snap_seq, chain_bytes=chain, snapshot_bytes=snap_bytes,
-                )  # fmt: skip
+                write_save(txn, dest_sid, None, full_save(head), head, book=book)
 
         self.dest.backend.run_write(write)
         self.next_gseq += len(batch)
