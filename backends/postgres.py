@@ -194,6 +194,8 @@ def _refused_hint(text: str) -> str | None:
     """What to fix when a connection attempt was refused for good (``None``: unreachable)."""
     if "password authentication failed" in text or "no password supplied" in text:
         return "check the user and password in the URL"
+    if "role" in text and "does not exist" in text:
+        return "check the user name in the URL (or create that role on the server)"
     if "does not exist" in text:
         return "create the database first, or fix its name in the URL"
     return None
@@ -573,6 +575,16 @@ class _PgWrite(_PgRead, WriteTxn):
         self._last[table] = pairs[-1][0]
 
 
+def _end_quietly(pipeline: Any) -> None:
+    """Leave pipeline mode (the ``conn.pipeline()`` context) without an exception passed in:
+    psycopg logs "error ignored terminating <psycopg.Pipeline [BAD]>" to stderr when one is
+    passed (or when a pipeline left open is finalized) on a broken connection. The error it
+    raises instead is the one the caller handles already."""
+    if pipeline is not None:
+        with contextlib.suppress(Exception):
+            pipeline.__exit__(None, None, None)
+
+
 class _WriteScope:
     """``with backend.write() as txn``: the writers' lock, the transaction, its commit.
 
@@ -609,7 +621,8 @@ class _WriteScope:
                 self.pipeline.__enter__()
                 conn.execute(_BEGIN_WRITE)
             except psycopg.Error as e:
-                self.pipeline = None
+                pipeline, self.pipeline = self.pipeline, None
+                _end_quietly(pipeline)
                 owner._drop_writer()
                 raise owner._failed(e, "beginning a write") from e
         except BaseException:
@@ -648,11 +661,9 @@ class _WriteScope:
             conn = owner._wconn
             pipeline, self.pipeline = self.pipeline, None
             if exc is not None:
+                _end_quietly(pipeline)  # what was queued fails
                 if conn is not None and not conn.closed:
                     try:
-                        if pipeline is not None:
-                            with contextlib.suppress(psycopg.Error):
-                                pipeline.__exit__(None, None, None)  # what was queued fails
                         conn.execute("ROLLBACK")
                     except psycopg.Error:
                         owner._drop_writer()  # the server rolls back a lost session
@@ -661,6 +672,7 @@ class _WriteScope:
             try:
                 self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
             except psycopg.Error as e:
+                _end_quietly(pipeline)
                 owner._drop_writer()  # nothing committed: the COMMIT was never sent
                 raise owner._failed(e, "writing") from e
             commit: Any = None
@@ -676,6 +688,7 @@ class _WriteScope:
                 owner.commits += 1
                 owner.lock_held_s += time.perf_counter() - self.granted
             except psycopg.Error as e:
+                _end_quietly(pipeline)
                 owner._drop_writer()
                 status = None if commit is None else commit.pgresult
                 if status is not None and status.command_status == b"COMMIT":
@@ -874,6 +887,9 @@ class PostgresBackend(Backend):
     # -- schema --------------------------------------------------------------------------------
 
     def _open_schema(self, conn: psycopg.Connection[Any], marker: str | None) -> None:
+        """Check every table name the log would use, then create the missing ones: nothing
+        is created or written in a schema that holds a table of one of those names that
+        ckptlog did not create (:meth:`_check_foreign`)."""
         where = f"opening {self.location!r}"
         try:
             found = self._existing(conn)
@@ -885,26 +901,37 @@ class PostgresBackend(Backend):
             self._check_foreign(found or {}, marker)
             missing = [t for t in self._tables if t not in (found or {})]
             if missing and not self.readonly:
-                # One round trip. Not flushed at its commit: the first durable write flushes
-                # the WAL up to and past it.
-                statements = [
-                    sql.SQL("SET LOCAL synchronous_commit = off"),
-                    sql.SQL(f"SELECT pg_advisory_xact_lock({self._key})"),
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)),
-                    *(stmt for t in missing for stmt in _ddl(self.schema, t)),
-                ]
+                # One transaction under the writers' lock: the schema is checked again once
+                # the lock is held (another process may have created tables meanwhile), and
+                # the tables are created only if it still passes. Not flushed at its commit:
+                # the first durable write flushes the WAL up to and past it.
                 with conn.transaction():
+                    conn.execute(
+                        f"SET LOCAL synchronous_commit = off; "
+                        f"SELECT pg_advisory_xact_lock({self._key})"
+                    )
+                    found = self._existing(conn)
+                    self._check_foreign(found or {}, marker)
+                    missing = [t for t in self._tables if t not in (found or {})]
+                    statements = [
+                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                            sql.Identifier(self.schema)
+                        ),
+                        *(stmt for t in missing for stmt in _ddl(self.schema, t)),
+                    ]
                     conn.execute(sql.SQL("; ").join(statements).as_string(conn))
                 found = self._existing(conn)
-                self._check_foreign(found or {}, marker)
         except psycopg.Error as e:
             raise _storage_error(e, where) from e
         self._present = {t for t in self._tables if t in (found or {})}
 
-    def _existing(self, conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, str]]] | None:
-        """Tables of the schema with their (column, type) pairs; ``None``: no such schema."""
+    def _existing(
+        self, conn: psycopg.Connection[Any]
+    ) -> dict[str, list[tuple[str, str, str]]] | None:
+        """Tables of the schema with their (column, type, storage) triples; ``None``: no
+        such schema."""
         rows = conn.execute(
-            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) "
+            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attstorage "
             "FROM pg_namespace n LEFT JOIN pg_class c ON c.relnamespace = n.oid "
             "AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
             "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
@@ -913,24 +940,39 @@ class PostgresBackend(Backend):
         ).fetchall()
         if not rows:
             return None  # no such schema
-        tables: dict[str, list[tuple[str, str]]] = {}
-        for name, col, typ in rows:
+        tables: dict[str, list[tuple[str, str, str]]] = {}
+        for name, col, typ, storage in rows:
             if name is None:
                 continue  # the schema holds no table
             tables.setdefault(name, [])
             if col is not None:
-                tables[name].append((col, typ))
+                tables[name].append((col, typ, str(storage)))
         return tables
 
-    def _check_foreign(self, found: dict[str, list[tuple[str, str]]], marker: str | None) -> None:
-        want = [("k", "bytea"), ("v", "bytea")]
+    def _check_foreign(
+        self, found: dict[str, list[tuple[str, str, str]]], marker: str | None
+    ) -> None:
+        """Refuse a schema that holds, under a name this log uses, a table ckptlog did not
+        create. ckptlog's tables are ``(k bytea, v bytea)`` with ``v`` stored ``EXTERNAL``
+        (:func:`_ddl`, since the first version): a table of that shape with the default
+        storage was made by someone else, however alike."""
         for t in self._tables:
-            if t in found and found[t] != want:
-                cols = ", ".join(f"{c} {ty}" for c, ty in found[t])
+            if t not in found:
+                continue
+            cols = [(c, ty) for c, ty, _ in found[t]]
+            if cols != [("k", "bytea"), ("v", "bytea")]:
+                shown = ", ".join(f"{c} {ty}" for c, ty in cols)
                 raise NotALog(
-                    f"{self.location!r}: table {self.schema}.{t} has columns ({cols}), not the "
+                    f"{self.location!r}: table {self.schema}.{t} has columns ({shown}), not the "
                     "(k bytea, v bytea) of a ckptlog table; it belongs to something else: use "
                     "another schema (?schema=...) for the log"
+                )
+            if found[t][1][2] != "e":
+                raise NotALog(
+                    f"{self.location!r}: table {self.schema}.{t} has ckptlog's columns "
+                    "(k bytea, v bytea) but was not created by ckptlog (its v column is not "
+                    "stored EXTERNAL, as ckptlog's are); it belongs to something else and was "
+                    "left as it is: use another schema (?schema=...) for the log"
                 )
         if (
             marker is not None

@@ -298,3 +298,47 @@ def test_bytea_arrays_are_sent_in_binary_as_the_server_reads_them(
     finally:
         conn.close()
         backend.close()
+
+
+@pytest.mark.parametrize("when", ["between", "during"])
+def test_a_cut_connection_leaves_no_psycopg_noise(
+    pg_schemas: PgSchemas, tmp_path: Path, caplog: pytest.LogCaptureFixture, when: str
+) -> None:
+    """A write connection cut between transactions or in the middle of one is retried, and
+    psycopg logs nothing about the pipeline it was in (it used to print "error ignored
+    terminating <psycopg.Pipeline [BAD]>" to stderr whenever a connection was cut mid-write)."""
+    import gc  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    backend = PostgresBackend(url, tables=TABLES)
+    killer = psycopg.connect(url.split("?")[0], autocommit=True)
+    calls: list[int] = []
+
+    def cut(txn: WriteTxn) -> None:
+        assert isinstance(txn, _PgRead)
+        killer.execute("SELECT pg_terminate_backend(%s)", (txn._conn.info.backend_pid,))
+
+    def fn(txn: WriteTxn) -> None:
+        calls.append(1)
+        if when == "during" and len(calls) == 1:
+            cut(txn)
+        txn.put("a", b"k%d" % len(calls), b"v")  # only writes: the commit meets the cut
+
+    try:
+        backend.run_write(lambda txn: txn.put("a", b"k0", b"v"))
+        with caplog.at_level("WARNING", logger="psycopg"):
+            for _ in range(3):
+                if when == "between":
+                    assert backend._wconn is not None
+                    pid = backend._wconn.info.backend_pid
+                    killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                calls.clear()
+                backend.run_write(fn)
+                gc.collect()  # a pipeline left open would log as it is finalized
+        assert "error ignored" not in caplog.text
+        assert not [r for r in caplog.records if r.name.startswith("psycopg")], caplog.text
+        with backend.read() as r:
+            assert r.count("a") >= 2
+    finally:
+        killer.close()
+        backend.close()
