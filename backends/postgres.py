@@ -19,7 +19,18 @@ Invariants:
   transaction psycopg's pipeline mode queues statements: ``BEGIN`` and the lock go to the
   server with the first read (with it, what :meth:`ReadTxn.prefetch` asked for), writes with
   the next read or the COMMIT (an error one meets is raised there; the transaction is then
-  rolled back). So the lock is held for two round trips of a typical commit.
+  rolled back). So the lock is held for two round trips of a commit that reads.
+- One round trip for a commit whose process knows what it reads (``_Known``: what its own
+  write transactions wrote and read as they committed, and each table's greatest key): such a
+  transaction answers its reads from it and queues, after the lock, an assertion per read that
+  the server holds exactly that (``expect``, ``expect_last``: a division by zero when not),
+  then its writes, the COMMIT and the flush; all of it goes out at once. A failed assertion
+  aborts the pipeline: the transaction is dropped with its connection and runs again reading
+  for real (:class:`StaleAssumption`, counted in ``stale``), and the next ones read for real
+  for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
+  commits pay a third round trip rarely. A key never seen is assumed absent (it is read in a
+  table rows are appended to). Correctness never rests on the guess: every value a
+  transaction used was asserted under the lock, in the same transaction.
 - A read transaction is ``REPEATABLE READ READ ONLY`` on a pooled connection, its snapshot
   pinned when it begins. Reads stream in keyset chunks (64, 256, ... rows): no server-side
   cursor, so an abandoned iterator costs nothing. A read whose connection is lost before the
@@ -44,7 +55,11 @@ Invariants:
   same transaction, known before the COMMIT is sent): committed is success once flushed again,
   aborted is retried, and if it cannot find out it raises
   :class:`CommitOutcomeUnknown` and refuses every later write of this backend (a retry could
-  duplicate the batch): reopen the log and read what landed.
+  duplicate the batch): reopen the log and read what landed. A one-round-trip commit sends its
+  COMMIT before the id comes back; cut off before it did, it is resolved by a row it appended
+  (keys appended are new): the backend ends its old session (``pg_terminate_backend`` of its
+  process id and start), and once that session is gone, so that nothing of it can still
+  commit, the row there with its value means committed, absent means rolled back.
 - After ``fork`` the child never uses the parent's connections (they share its sockets); it
   opens its own on first use. psycopg never finishes a connection in another process.
 """
@@ -58,6 +73,7 @@ import logging
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -110,6 +126,13 @@ SERVER_KEEPALIVES = (
 )
 OPEN_ATTEMPTS = 5  # opens tried when the connection drops while checking the schema
 RETRY_SLEEP_S = 0.05  # first backoff between write attempts; doubles, capped at 1 s
+# What a process keeps of the rows its write transactions wrote and read (_Known): rows, and
+# the largest value kept (a bigger one is read again when needed).
+KNOWN_ROWS_MAX = 65_536
+KNOWN_VALUE_BYTES_MAX = 16_384
+# After a transaction's assumptions failed, this many transactions at most read for real
+# before one runs on assumptions again (doubling from 1 while they keep failing).
+ASSUME_BACKOFF_MAX = 64
 _GRAVEYARD: list[Any] = []  # a forked child's inherited connections: never used, never finished
 
 
@@ -221,6 +244,8 @@ class _Sql:
         "count",
         "delete",
         "delete_range",
+        "expect",
+        "expect_last",
         "get",
         "get_many",
         "last",
@@ -252,6 +277,15 @@ class _Sql:
         )
         self.delete = r("DELETE FROM {t} WHERE k = %b")
         self.delete_range = r("DELETE FROM {t} WHERE k >= %b AND (%b::bytea IS NULL OR k < %b)")
+        # Assertions of a transaction that runs on what its process knows (_Known): each
+        # fails with division_by_zero when the row (the greatest key) is not as assumed.
+        self.expect = r(
+            "SELECT 1 / ((SELECT v FROM {t} WHERE k = %b) IS NOT DISTINCT FROM %b::bytea)::int"
+        )
+        self.expect_last = r(
+            "SELECT 1 / ((SELECT k FROM {t} ORDER BY k DESC LIMIT 1) "
+            "IS NOT DISTINCT FROM %b::bytea)::int"
+        )
         # (has start, has stop, reverse) -> scan statement taking (bounds..., limit)
         self.scans: dict[tuple[bool, bool, bool], str] = {}
         for lo in (False, True):
@@ -399,24 +433,99 @@ class _PgRead(ReadTxn):
         return n
 
 
+class _Known:
+    """What this process's own write transactions wrote and read, as they committed: a
+    guess at what the server holds, never trusted. A transaction that runs on it
+    (:attr:`_PgWrite.assuming`) answers a read from it and queues an assertion that the
+    server holds exactly that (:func:`_Sql` ``expect`` / ``expect_last``), checked after the
+    writers' lock in the same round trip as the writes and the COMMIT: one that fails aborts
+    the transaction, which runs again reading for real (:class:`StaleAssumption`)."""
+
+    __slots__ = ("appended", "last", "rows")
+
+    def __init__(self) -> None:
+        # (table, key) -> value (None: absent), least recently used first
+        self.rows: OrderedDict[tuple[str, bytes], bytes | None] = OrderedDict()
+        # table -> (its greatest key, that row's value when known); None: the table is empty
+        self.last: dict[str, tuple[bytes, bytes | None] | None] = {}
+        self.appended: set[str] = set()  # tables rows were appended to: their rows not kept
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self.last.clear()
+
+    def get(self, table: str, key: bytes) -> tuple[bool, bytes | None]:
+        """``(known, value)``."""
+        k = (table, key)
+        try:
+            value = self.rows[k]
+        except KeyError:
+            return False, None
+        self.rows.move_to_end(k)
+        return True, value
+
+    def merge(self, rows: dict[tuple[str, bytes], bytes | None], dropped: list[str]) -> None:
+        appended = self.appended
+        for t in dropped:
+            for k in [k for k in self.rows if k[0] == t]:
+                del self.rows[k]
+        for k, v in rows.items():
+            if k[0] in appended:
+                continue
+            if v is not None and len(v) > KNOWN_VALUE_BYTES_MAX:
+                self.rows.pop(k, None)
+                continue
+            self.rows[k] = v
+            self.rows.move_to_end(k)
+        while len(self.rows) > KNOWN_ROWS_MAX:
+            self.rows.popitem(last=False)
+
+
+class StaleAssumption(RetryableWrite):
+    """A transaction that ran on what this process last knew (:class:`_Known`) found the
+    server had changed: it was rolled back and runs again, reading what is stored."""
+
+
 class _PgWrite(_PgRead, WriteTxn):
     _what = "writing"
 
     def __init__(
-        self, conn: psycopg.Connection[Any], owner: PostgresBackend, scope: _WriteScope
+        self,
+        conn: psycopg.Connection[Any],
+        owner: PostgresBackend,
+        scope: _WriteScope,
+        *,
+        assuming: bool = False,
     ) -> None:
         super().__init__(conn, owner)
         self._last: dict[str, bytes | None] = {}  # greatest key per table, once looked up
+        self._last_value: dict[str, bytes | None] = {}  # the value of that row, when known
         self._wscope = scope
         # table -> (the queued lookup, its keys, what it found once read); dropped when the
         # transaction writes to the table
         self._pre: dict[str, tuple[Any, set[bytes], dict[bytes, bytes] | None]] = {}
+        # Reads answered from what the process knew, their assertions queued (see _Known).
+        self.assuming = assuming
+        self.assumed = 0
+        # What this transaction wrote or read, for _Known once it commits.
+        self.seen: dict[tuple[str, bytes], bytes | None] = {}
+        self.touched: set[str] = set()  # tables written
+        self.pruned: list[str] = []  # tables a range was deleted from
+        # One row this transaction appended: if its COMMIT is cut off, the row tells whether
+        # it committed (_WriteScope.__exit__).
+        self.witness: tuple[str, bytes, bytes] | None = None
+
+    def _expect(self, table: str, key: bytes, value: bytes | None) -> None:
+        s = self._sql(table)
+        assert s is not None
+        self._x(s.expect, (key, value))
+        self.assumed += 1
 
     def prefetch(self, table: str, keys: list[bytes]) -> None:
         s = self._readable(table)
         ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
-        if s is None or not ok:
-            return
+        if s is None or not ok or self.assuming:
+            return  # assuming: get() answers from what is known, or assumes absent
         try:
             # queued, no round trip
             cur = self._conn.execute(s.get_many, (_bytea_array(ok),), binary=True)
@@ -425,9 +534,29 @@ class _PgWrite(_PgRead, WriteTxn):
         self._pre[table] = (cur, set(ok), None)
 
     def get(self, table: str, key: bytes) -> bytes | None:
+        if (
+            self.assuming
+            and table not in self.pruned
+            and table in self._owner._present
+            and isinstance(key, bytes)
+            and 0 < len(key) <= POSTGRES_KEY_BYTES_MAX
+        ):
+            k = (table, key)
+            if k in self.seen:
+                return self.seen[k]  # written (or asserted) in this transaction
+            known, value = self._owner._known.get(table, key)
+            # Unknown: assumed absent, except in a table rows are appended to (a log: its
+            # keys are read once they exist), which is read.
+            if known or table not in self._owner._known.appended:
+                self._expect(table, key, value)
+                self.seen[k] = value
+                return value
         pre = self._pre.get(table)
         if pre is None or key not in pre[1]:
-            return super().get(table, key)
+            value = super().get(table, key)
+            if isinstance(key, bytes) and key:
+                self.seen.setdefault((table, key), value)
+            return value
         cur, keys, found = pre
         if found is None:
             try:
@@ -435,6 +564,8 @@ class _PgWrite(_PgRead, WriteTxn):
             except psycopg.Error as e:
                 raise self._owner._failed(e, "writing") from e
             self._pre[table] = (cur, keys, found)
+            for asked in keys:
+                self.seen.setdefault((table, asked), found.get(asked))
             if self._wscope.lock is not None:
                 self._wscope.locked()
         return found.get(key)
@@ -481,23 +612,56 @@ class _PgWrite(_PgRead, WriteTxn):
                 f"{POSTGRES_KEY_BYTES_MAX} bytes"
             )
 
-    def _saw(self, table: str, key: bytes) -> None:
+    def _saw(self, table: str, key: bytes, value: bytes) -> None:
+        self.touched.add(table)
         if table in self._last:
             last = self._last[table]
-            if last is None or key > last:
+            if last is None or key >= last:
                 self._last[table] = key
+                self._last_value[table] = value
+
+    def _assumed_last(self, table: str) -> bool:
+        """Take the table's greatest key from what is known (its assertion queued), when
+        this transaction runs on assumptions and it is known."""
+        if (
+            not self.assuming
+            or table in self._last
+            or table in self.touched  # its greatest key may be one this transaction wrote
+            or table not in self._owner._present
+        ):
+            return False
+        if table not in self._owner._known.last:
+            return False
+        known = self._owner._known.last[table]
+        s = self._sql(table)
+        assert s is not None
+        key, value = (None, None) if known is None else known
+        self._x(s.expect_last, (key,))
+        self.assumed += 1
+        self._last[table] = key
+        self._last_value[table] = value
+        return True
 
     def last_key(self, table: str) -> bytes | None:
-        if table not in self._last:  # kept: only this transaction writes while it runs
+        if table not in self._last and not self._assumed_last(table):
+            # kept: only this transaction writes while it runs
             self._last[table] = super().last_key(table)
+            self._last_value[table] = None
         return self._last[table]
 
     def last_item(self, table: str) -> tuple[bytes, bytes] | None:
         s = self._readable(table)
         if s is None:
             return None
+        if self._assumed_last(table) or (table in self._last and self._last[table] is None):
+            key, value = self._last[table], self._last_value.get(table)
+            if key is None:
+                return None
+            if value is not None:
+                return key, value
         rows = self._q(s.scans[False, False, True], (1,))
         self._last[table] = rows[0][0] if rows else None
+        self._last_value[table] = rows[0][1] if rows else None
         return (rows[0][0], rows[0][1]) if rows else None
 
     def _last_known(self, table: str) -> bytes | None:
@@ -508,8 +672,10 @@ class _PgWrite(_PgRead, WriteTxn):
         self._check_key(key)
         s = self._sql(table)
         assert s is not None
-        self._x(s.put, (key, bytes(value)))
-        self._saw(table, key)
+        value = bytes(value)
+        self._x(s.put, (key, value))
+        self.seen[table, key] = value
+        self._saw(table, key, value)
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -521,10 +687,11 @@ class _PgWrite(_PgRead, WriteTxn):
             self._check_key(k)
         s = self._sql(table)
         assert s is not None
-        last_wins = dict(pairs)  # one INSERT may not change a row twice
+        last_wins = {k: bytes(v) for k, v in pairs}  # one INSERT may not change a row twice
         self._x(s.put_many, (_bytea_array(last_wins), _bytea_array(last_wins.values())))
-        for k in last_wins:
-            self._saw(table, k)
+        for k, v in last_wins.items():
+            self.seen[table, k] = v
+            self._saw(table, k, v)
 
     def delete(self, table: str, key: bytes) -> bool:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -532,7 +699,9 @@ class _PgWrite(_PgRead, WriteTxn):
         assert s is not None
         if not isinstance(key, bytes) or not key or len(key) > POSTGRES_KEY_BYTES_MAX:
             return False
+        self.touched.add(table)
         gone = self._n(s.delete, (key,)) > 0
+        self.seen[table, key] = None
         if gone and self._last.get(table) == key:
             del self._last[table]
         return gone
@@ -542,10 +711,23 @@ class _PgWrite(_PgRead, WriteTxn):
         s = self._sql(table)
         assert s is not None
         stop = prefix_end(prefix)
+        self.touched.add(table)
+        self.pruned.append(table)
+        for k in [k for k in self.seen if k[0] == table]:
+            del self.seen[k]
         n = self._n(s.delete_range, (prefix, stop, stop))
         if n:
             self._last.pop(table, None)
         return n
+
+    def _appended(self, table: str, key: bytes, value: bytes) -> None:
+        self.touched.add(table)
+        self.seen[table, key] = value
+        self._owner._known.appended.add(table)
+        self._last[table] = key
+        self._last_value[table] = value
+        if self.witness is None:
+            self.witness = (table, key, value)
 
     def append(self, table: str, key: bytes, value: bytes) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -553,8 +735,9 @@ class _PgWrite(_PgRead, WriteTxn):
         check_ascending(table, self._last_known(table), [(key, b"")])
         s = self._sql(table)
         assert s is not None
-        self._x(s.append, (key, bytes(value)))
-        self._last[table] = key
+        value = bytes(value)
+        self._x(s.append, (key, value))
+        self._appended(table, key, value)
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -566,13 +749,30 @@ class _PgWrite(_PgRead, WriteTxn):
         s = self._sql(table)
         assert s is not None
         if len(pairs) == 1:
-            self._x(s.append, (pairs[0][0], bytes(pairs[0][1])))
-        else:
-            self._x(
-                s.append_many,
-                (_bytea_array([k for k, _ in pairs]), _bytea_array([v for _, v in pairs])),
-            )
+            self.append(table, pairs[0][0], pairs[0][1])
+            return
+        values = [bytes(v) for _, v in pairs]
+        self._x(s.append_many, (_bytea_array([k for k, _ in pairs]), _bytea_array(values)))
+        for (key, _), value in zip(pairs, values, strict=True):
+            self._appended(table, key, value)
         self._last[table] = pairs[-1][0]
+        self._last_value[table] = values[-1]
+
+    def committed(self) -> None:
+        """Tell :class:`_Known` what this transaction wrote and read, now that it holds."""
+        known = self._owner._known
+        known.merge({k: v for k, v in self.seen.items() if k[0] not in self.pruned}, self.pruned)
+        for t in self.touched | set(self._last):
+            if t in self._last:
+                key = self._last[t]
+                known.last[t] = None if key is None else (key, self._last_value.get(t))
+            else:
+                known.last.pop(t, None)
+
+
+# What a failed assumption of a transaction raises (the assertion itself, or a later statement
+# of its pipeline).
+_STALE_ERRORS = (psycopg.errors.DivisionByZero, psycopg.errors.PipelineAborted)
 
 
 def _end_quietly(pipeline: Any) -> None:
@@ -590,11 +790,16 @@ class _WriteScope:
 
     ``BEGIN`` and the lock are queued in the pipeline, not sent on their own: they go to the
     server with the transaction's first read (one round trip for both), whose answer comes
-    once the lock is granted. The transaction id the lock query returns is known before the
-    ``COMMIT`` is sent (:meth:`locked`), so a cut ``COMMIT`` can always be resolved.
+    once the lock is granted. A transaction that reads nothing for real (it runs on what the
+    process knows, :class:`_Known`, its assertions queued) sends everything, the COMMIT and
+    the flush included, in one round trip.
+
+    A cut ``COMMIT`` is resolved by the transaction id (the lock query returns it; read before
+    the COMMIT is sent unless the transaction appended a row) or, when the id never came back,
+    by the row it appended (:attr:`_PgWrite.witness`) once its server session is gone.
     """
 
-    __slots__ = ("before_lock", "began", "granted", "lock", "owner", "pipeline", "xid")
+    __slots__ = ("before_lock", "began", "granted", "lock", "owner", "pipeline", "txn", "xid")
 
     def __init__(
         self, owner: PostgresBackend, before_lock: Callable[[WriteTxn], None] | None = None
@@ -606,6 +811,7 @@ class _WriteScope:
         self.lock: Any = None  # the lock query's cursor until its result is read
         self.began = 0.0
         self.granted = 0.0
+        self.txn: _PgWrite | None = None
 
     def __enter__(self) -> WriteTxn:
         owner = self.owner
@@ -629,7 +835,7 @@ class _WriteScope:
             owner._write_lock.release()
             raise
         # From here on, __exit__ cleans up: rolls back, releases the in-process lock.
-        txn = _PgWrite(conn, owner, self)
+        self.txn = txn = _PgWrite(conn, owner, self, assuming=owner._assume_now())
         try:
             if self.before_lock is not None:
                 # Writes that need no lock (rows of this writer's own keys) go to the server
@@ -655,23 +861,104 @@ class _WriteScope:
         assert row is not None
         self.xid = int(row[1])
 
+    def _stale(self, conn: Any, pipeline: Any, e: BaseException | None) -> StaleAssumption:
+        """The transaction's assumptions failed (or could not be checked): roll it back, keep
+        the connection, and run it again reading for real."""
+        owner = self.owner
+        _end_quietly(pipeline)
+        # A new connection, not a ROLLBACK on this one: psycopg takes statements the failed
+        # pipeline prepared for prepared ("prepared statement ... does not exist" later).
+        owner._drop_writer()
+        owner._stale_assumption()
+        what = "" if e is None else f" ({type(e).__name__}: {' '.join(str(e).split())})"
+        return StaleAssumption(
+            f"a write at {owner.location!r} ran on rows another writer has changed since{what};"
+            " it was rolled back and runs again on what is stored"
+        )
+
+    def _abort(self, conn: Any, pipeline: Any, exc: BaseException, assumed: bool) -> None:
+        """Roll back after ``exc``; raise :class:`StaleAssumption` instead when the
+        transaction's assumptions did not hold (what failed may have followed from one)."""
+        if (
+            assumed
+            and isinstance(exc, Exception)
+            and not isinstance(exc, StaleAssumption)
+            and conn is not None
+            and not conn.closed
+        ):
+            stale = isinstance(exc.__cause__, _STALE_ERRORS)
+            active = conn._pipeline
+            if not stale and pipeline is not None and active is not None:
+                try:
+                    active.sync()
+                except psycopg.Error as e:
+                    stale = not _lost(e)
+            if stale:
+                raise self._stale(conn, pipeline, None) from None
+        _end_quietly(pipeline)  # what was queued fails
+        if isinstance(exc, psycopg.Error) or isinstance(exc.__cause__, psycopg.Error):
+            # The server failed a statement of the pipeline: a new connection (see _stale).
+            self.owner._drop_writer()
+        elif conn is not None and not conn.closed:
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                self.owner._drop_writer()  # the server rolls back a lost session
+
+    def _commit_failed(
+        self, e: psycopg.Error, conn: Any, pipeline: Any, commit: Any, assumed: bool
+    ) -> None:
+        """The COMMIT's round trip failed: a failed assumption runs the transaction again; a
+        lost connection is resolved (:meth:`PostgresBackend._resolve`)."""
+        owner = self.owner
+        pid, started = owner._wsession
+        witness = None if self.txn is None else self.txn.witness
+        status = None if commit is None else commit.pgresult
+        done = status is not None and status.command_status == b"COMMIT"
+        if assumed and not done and isinstance(e, _STALE_ERRORS):
+            raise self._stale(conn, pipeline, e) from None
+        _end_quietly(pipeline)
+        owner._drop_writer()
+        owner._known.clear()
+        if not done and isinstance(
+            e, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure
+        ):
+            raise owner._failed(e, "committing") from e  # the server rolled it back: retried
+        if done and not self.xid:
+            with contextlib.suppress(psycopg.Error):
+                self.locked()  # its result came before the COMMIT's
+        if done and (self.xid or witness is None):
+            # Committed (and visible); only its flush failed: make it durable.
+            owner._resolve(self.xid, e, committed=True)
+        elif done:
+            assert witness is not None
+            owner._resolve(0, e, committed=True, witness=(witness, pid, started))
+        elif not _lost(e):
+            raise owner._failed(e, "committing") from e
+        elif self.xid or witness is None:
+            owner._resolve(self.xid, e)  # returns when it committed (and is durable)
+        else:
+            owner._resolve(0, e, witness=(witness, pid, started))
+
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         owner = self.owner
+        txn = self.txn
+        assumed = txn is not None and txn.assumed > 0
         try:
             conn = owner._wconn
             pipeline, self.pipeline = self.pipeline, None
             if exc is not None:
-                _end_quietly(pipeline)  # what was queued fails
-                if conn is not None and not conn.closed:
-                    try:
-                        conn.execute("ROLLBACK")
-                    except psycopg.Error:
-                        owner._drop_writer()  # the server rolls back a lost session
+                self._abort(conn, pipeline, exc, assumed)
                 return
             assert conn is not None
+            assert txn is not None
+            witness = txn.witness
             try:
-                self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
+                if witness is None or not assumed:
+                    self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
             except psycopg.Error as e:
+                if assumed and isinstance(e, _STALE_ERRORS):
+                    raise self._stale(conn, pipeline, e) from None
                 _end_quietly(pipeline)
                 owner._drop_writer()  # nothing committed: the COMMIT was never sent
                 raise owner._failed(e, "writing") from e
@@ -685,19 +972,15 @@ class _WriteScope:
                         conn.execute(statement)
                 if pipeline is not None:
                     pipeline.__exit__(None, None, None)  # sends the writes, COMMIT and flush
+                self.locked()  # its result came back before the COMMIT's: no round trip
                 owner.commits += 1
                 owner.lock_held_s += time.perf_counter() - self.granted
             except psycopg.Error as e:
-                _end_quietly(pipeline)
-                owner._drop_writer()
-                status = None if commit is None else commit.pgresult
-                if status is not None and status.command_status == b"COMMIT":
-                    # Committed (and visible); only its flush failed: make it durable.
-                    owner._resolve(self.xid, e, committed=True)
-                elif not _lost(e):
-                    raise owner._failed(e, "committing") from e
-                else:
-                    owner._resolve(self.xid, e)  # returns when it committed (and is durable)
+                self._commit_failed(e, conn, pipeline, commit, assumed)
+                return
+            txn.committed()
+            if assumed:
+                owner._assume_backoff = 0
         finally:
             owner._write_lock.release()
 
@@ -745,6 +1028,8 @@ class PostgresBackend(Backend):
         # Seconds from the lock's grant to the commit's answer (an upper bound of the time the
         # lock was held: in "fsync" mode the answer also waits for the flush after it).
         self.lock_held_s = 0.0
+        # Transactions that ran on what the process knew and found it stale (run again).
+        self.stale = 0
         self._reset_connections()
         self._present: set[str] = set()
         delay = RETRY_SLEEP_S
@@ -773,7 +1058,12 @@ class PostgresBackend(Backend):
         self._write_lock = threading.Lock()
         self._pool_lock = threading.Lock()
         self._wconn: psycopg.Connection[Any] | None = None
+        # (server process id, its start) of the write connection's session
+        self._wsession: tuple[int, Any] = (0, None)
         self._idle: list[psycopg.Connection[Any]] = []
+        self._known = _Known()
+        self._assume_skip = 0  # transactions left to read for real before assuming again
+        self._assume_backoff = 0
 
     def _check(self) -> None:
         if self._closed:
@@ -812,10 +1102,14 @@ class PostgresBackend(Backend):
                 raise RetryableWrite(f"{e}; the write was not begun") from e  # unreachable: retried
             try:
                 conn.execute(self._sync_setting)
+                row = conn.execute(
+                    "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+                ).fetchone()
             except psycopg.Error as e:
                 conn.close()
                 raise self._failed(e, "connecting") from e  # lost again: retried
             self._wconn = conn
+            self._wsession = (0, None) if row is None else (int(row[0]), row[1])
         return conn
 
     def _drop_writer(self) -> None:
@@ -835,11 +1129,24 @@ class PostgresBackend(Backend):
             return ReadOnlyLog(f"{what} at {self.location!r}: {str(e).strip()}")
         return _storage_error(e, f"{what} at {self.location!r}")
 
-    def _resolve(self, xid: int, cause: BaseException, *, committed: bool = False) -> None:
+    def _resolve(
+        self,
+        xid: int,
+        cause: BaseException,
+        *,
+        committed: bool = False,
+        witness: tuple[tuple[str, bytes, bytes], int, Any] | None = None,
+    ) -> None:
         """The connection failed during COMMIT of transaction ``xid`` (or, ``committed``, during
         the durable flush after it): learn its fate; in ``fsync`` mode a committed ``xid`` is
         made durable before this returns (its status first, then a flush: the flush then
-        covers its commit record)."""
+        covers its commit record).
+
+        Without the id (the COMMIT was sent with the rest, before the id came back),
+        ``witness`` is ``((table, key, value) the transaction appended, the server process
+        id and start of its session)``: that session is ended (``pg_terminate_backend``) and,
+        once it is gone, so that nothing of it can commit any more, the row tells: there
+        with that value, committed; absent, rolled back (an appended key was new)."""
         delay = RETRY_SLEEP_S
         status: str | None = "unknown"
         what = "flush after the commit" if committed else "commit"
@@ -849,8 +1156,11 @@ class PostgresBackend(Backend):
             attempt += 1
             try:
                 with self._connect() as conn:
-                    row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
-                    status = None if row is None else row[0]
+                    if witness is None:
+                        row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
+                        status = None if row is None else row[0]
+                    else:
+                        status = self._witness_status(conn, *witness)
                     if status == "committed" and self._flush_after:
                         conn.execute(_FLUSH_NOW)
             except (psycopg.Error, StorageError) as e:
@@ -879,6 +1189,32 @@ class PostgresBackend(Backend):
             "reopen the log, read the streams' last seqs to see what landed, then save again"
         )
         raise self._unknown from cause
+
+    def _witness_status(
+        self, conn: psycopg.Connection[Any], row: tuple[str, bytes, bytes], pid: int, start: Any
+    ) -> str:
+        alive = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid = %s AND backend_start = %s",
+            (pid, start),
+        ).fetchall()
+        if alive or not pid:
+            return "in progress"  # ended now (or unknown): looked at again after a pause
+        table, key, value = row
+        found = conn.execute(self._sql[table].get, (key,), binary=True).fetchone()
+        return "committed" if found is not None and bytes(found[0]) == value else "aborted"
+
+    def _assume_now(self) -> bool:
+        """Whether the next write transaction runs on what this process knows (_Known)."""
+        if self._assume_skip > 0:
+            self._assume_skip -= 1
+            return False
+        return bool(self._known.last)
+
+    def _stale_assumption(self) -> None:
+        self.stale += 1
+        self._assume_backoff = min(max(1, 2 * self._assume_backoff), ASSUME_BACKOFF_MAX)
+        self._assume_skip = self._assume_backoff
 
     def _refuse_after_unknown(self) -> None:
         if self._unknown is not None:

@@ -205,8 +205,9 @@ def test_writes_commit_under_the_lock_and_flush_after_it(
         backend.run_write(lambda txn: txn.put("a", b"k", b"v"))
         s = rec.statements
         assert s[0].startswith("SET synchronous_commit = off;")  # the write connection's
-        assert s[1] == "BEGIN ISOLATION LEVEL READ COMMITTED"
-        assert "pg_advisory_xact_lock" in s[2]  # queued: sent with the first read or COMMIT
+        assert "pg_stat_activity" in s[1]  # its session, should a cut COMMIT need it
+        assert s[2] == "BEGIN ISOLATION LEVEL READ COMMITTED"
+        assert "pg_advisory_xact_lock" in s[3]  # queued: sent with the first read or COMMIT
         commit = s.index("COMMIT")
         flush = ["BEGIN", "SET LOCAL synchronous_commit = on", "SELECT txid_current()", "COMMIT"]
         if durability == "fsync":
