@@ -688,10 +688,31 @@ class _PgWrite(_PgRead, WriteTxn):
         s = self._sql(table)
         assert s is not None
         last_wins = {k: bytes(v) for k, v in pairs}  # one INSERT may not change a row twice
-        self._x(s.put_many, (_bytea_array(last_wins), _bytea_array(last_wins.values())))
+        arrays = (_bytea_array(last_wins), _bytea_array(last_wins.values()))
+        if self._all_new(table, last_wins):
+            # A plain INSERT: as fast as binary COPY (which pipeline mode cannot send), where
+            # ON CONFLICT costs 2-3x; a key that exists after all fails it (unique_violation)
+            # and the transaction runs again with the upsert (StaleAssumption).
+            self._x(s.append_many, arrays)
+            self.assumed += 1
+        else:
+            self._x(s.put_many, arrays)
         for k, v in last_wins.items():
             self.seen[table, k] = v
             self._saw(table, k, v)
+
+    def _all_new(self, table: str, rows: dict[bytes, bytes]) -> bool:
+        """Whether this transaction assumes none of ``rows``' keys exists (none known to)."""
+        if not self.assuming or table in self.pruned or table not in self._owner._present:
+            return False
+        known = self._owner._known
+        seen = self.seen
+        for k in rows:
+            if seen.get((table, k)) is not None or known.get(table, k)[1] is not None:
+                return False
+            if (table, k) in seen:
+                return False  # deleted or asserted absent in this transaction: upsert
+        return True
 
     def delete(self, table: str, key: bytes) -> bool:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -772,7 +793,11 @@ class _PgWrite(_PgRead, WriteTxn):
 
 # What a failed assumption of a transaction raises (the assertion itself, or a later statement
 # of its pipeline).
-_STALE_ERRORS = (psycopg.errors.DivisionByZero, psycopg.errors.PipelineAborted)
+_STALE_ERRORS = (
+    psycopg.errors.DivisionByZero,
+    psycopg.errors.UniqueViolation,  # rows assumed new (_PgWrite.put_many)
+    psycopg.errors.PipelineAborted,
+)
 
 
 def _end_quietly(pipeline: Any) -> None:
