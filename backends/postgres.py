@@ -37,16 +37,16 @@ Invariants:
   transaction returned anything begins again once on a new connection; later, it raises
   :class:`StorageError` (the caller reads again).
 - Every write transaction commits with ``synchronous_commit = off``: visible at once, the
-  writers' lock released without waiting for the disk. ``"fsync"`` then runs a flush
-  transaction (``_FLUSH``: a transaction id, committed synchronously) in the same round trip,
-  after the lock is free: the WAL is flushed in order, so the write is on disk when it returns,
-  and the flushes of all writers overlap. It survives a killed client, a crashed server and a
-  power loss of the server (given honest disks and ``fsync = on`` there); a reader may see it
-  for the moment before its flush (a server crash then loses it; its writer was not yet
-  answered). ``"process"`` stops there: it survives a killed client (the server has it) but a
-  crash of the server or its machine loses the last commits not yet flushed by the WAL writer
-  (up to 3 x ``wal_writer_delay``, 600 ms by default), never a partial one and never an earlier
-  one while keeping a later one. :meth:`PostgresBackend.sync` flushes them.
+  writers' lock released without waiting for the disk. ``"fsync"`` then runs a flush transaction
+  (``_FLUSH``: one statement writing WAL, committed synchronously) in the same round trip, after
+  the lock is free: the WAL is flushed in order, so the write is on disk when it returns, and
+  the flushes of all writers overlap. It survives a killed client, a crashed server and a power
+  loss of the server (given honest disks and ``fsync = on`` there); a reader may see it for the
+  moment before its flush (a server crash then loses it; its writer was not yet answered).
+  ``"process"`` stops there: it survives a killed client (the server has it) but a crash of the
+  server or its machine loses the last commits not yet flushed by the WAL writer (up to 3 x
+  ``wal_writer_delay``, 600 ms by default), never a partial one and never an earlier one while
+  keeping a later one. :meth:`PostgresBackend.sync` flushes them.
 - A write whose connection fails before COMMIT was rolled back by the server: it raises
   :class:`RetryableWrite` (``run_write`` retries it, bounded, with backoff, logged); so does a
   write that cannot set up its connection. Opening retries the schema check likewise. A connection
@@ -782,7 +782,9 @@ class _PgWrite(_PgRead, WriteTxn):
     def committed(self) -> None:
         """Tell :class:`_Known` what this transaction wrote and read, now that it holds."""
         known = self._owner._known
-        known.merge({k: v for k, v in self.seen.items() if k[0] not in self.pruned}, self.pruned)
+        # A pruned table's rows known before are dropped; what this transaction wrote or read
+        # in it after the prune is exact (delete_prefix forgot the table's earlier ones).
+        known.merge(self.seen, self.pruned)
         for t in self.touched | set(self._last):
             if t in self._last:
                 key = self._last[t]
@@ -1407,6 +1409,9 @@ class PostgresBackend(Backend):
             except RetryableWrite as e:
                 if attempt == attempts - 1:
                     raise
+                if isinstance(e, StaleAssumption):  # the expected cost of assuming: no noise
+                    log.debug("%s: %s; running it again", self.location, e)
+                    continue
                 log.warning(
                     "%s: write attempt %d of %d failed (%s); retrying",
                     self.location,
@@ -1468,13 +1473,17 @@ _BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # A durable flush of the WAL up to now: a transaction with an id (so a commit record) that
 # commits synchronously. PostgreSQL flushes the WAL in order, so every commit inserted before
 # this one is durable once it returns; concurrent flushers share one disk flush.
-_FLUSH = (
-    "BEGIN",
-    "SET LOCAL synchronous_commit = on",
-    "SELECT txid_current()",
-    "COMMIT",
-)
-_FLUSH_NOW = "; ".join(_FLUSH)  # the same, as one simple query (outside a pipeline)
+# In the pipeline, behind the COMMIT: one statement, run in the implicit transaction that ends
+# at the pipeline's sync, committed synchronously (``set_config`` with ``is_local``: SET LOCAL).
+# PostgreSQL flushes at a commit only when the transaction wrote WAL before its commit record
+# (``RecordTransactionCommit``: an id alone is not enough, so ``SELECT txid_current()`` in a
+# synchronous transaction returns before anything is flushed): a non-transactional logical
+# message (prefix "ckptlog", ignored by logical decoding consumers that do not ask for
+# messages) is that WAL, written by any role at ``wal_level = replica``.
+_FLUSH_WAL = "pg_current_xact_id(), pg_logical_emit_message(false, 'ckptlog', 'flush')"
+_FLUSH = (f"SELECT set_config('synchronous_commit', 'on', true), {_FLUSH_WAL}",)
+# The same as one simple query (outside a pipeline).
+_FLUSH_NOW = f"BEGIN; SET LOCAL synchronous_commit = on; SELECT {_FLUSH_WAL}; COMMIT"
 
 
 class _ReadScope:

@@ -209,7 +209,9 @@ def test_writes_commit_under_the_lock_and_flush_after_it(
         assert s[2] == "BEGIN ISOLATION LEVEL READ COMMITTED"
         assert "pg_advisory_xact_lock" in s[3]  # queued: sent with the first read or COMMIT
         commit = s.index("COMMIT")
-        flush = ["BEGIN", "SET LOCAL synchronous_commit = on", "SELECT txid_current()", "COMMIT"]
+        from backends.postgres import _FLUSH  # noqa: PLC0415
+
+        flush = list(_FLUSH)  # one statement (test_the_flush_puts_the_wal_on_disk)
         if durability == "fsync":
             assert s[commit + 1 :] == flush
         else:
@@ -343,3 +345,42 @@ def test_a_cut_connection_leaves_no_psycopg_noise(
     finally:
         killer.close()
         backend.close()
+
+
+def test_the_flush_puts_the_wal_on_disk(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    """The flush behind an asynchronous COMMIT (one statement in the pipeline, or the simple
+    query ``sync()`` and a resolution run) returns only once the WAL up to it is on disk. (A
+    transaction that only takes an id commits without flushing, whatever synchronous_commit
+    says: the flush used to be that, and returned before the WAL was on disk.)"""
+    from backends.postgres import _FLUSH, _FLUSH_NOW  # noqa: PLC0415
+
+    base = pg_schemas.url(tmp_path).split("?")[0]
+    conn = psycopg.connect(base, autocommit=True)
+    other = psycopg.connect(base, autocommit=True)
+
+    def on_disk(lsn: object) -> bool:
+        row = other.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (str(lsn),))
+        return bool(row.fetchone()[0])  # type: ignore[index]
+
+    try:
+        conn.execute("SET synchronous_commit = off")
+        (flush,) = _FLUSH
+        probe = flush.replace(
+            "pg_current_xact_id()", "pg_current_xact_id(), pg_current_wal_insert_lsn()"
+        )
+        for _ in range(5):
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute("SELECT pg_logical_emit_message(true, 'ckptlog-test', 'x')")
+                conn.execute("COMMIT")
+                cur = conn.execute(probe)
+            row = cur.fetchone()
+            assert row is not None
+            assert on_disk(row[2])
+            lsn = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+            assert lsn is not None
+            conn.execute(_FLUSH_NOW)
+            assert on_disk(lsn[0])
+    finally:
+        conn.close()
+        other.close()
