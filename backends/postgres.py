@@ -26,7 +26,7 @@ Invariants:
   the server holds exactly that (``expect``, ``expect_last``: a division by zero when not),
   then its writes, the COMMIT and the flush; all of it goes out at once. A failed assertion
   aborts the pipeline: the transaction is dropped with its connection and runs again reading
-  for real (:class:`StaleAssumption`, counted in ``stale``), and the next ones read for real
+  for real (:class:`_StaleAssumption`, counted in ``stale``), and the next ones read for real
   for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
   commits pay a third round trip rarely. A key never seen is assumed absent (it is read in a
   table rows are appended to). Correctness never rests on the guess: every value a
@@ -439,7 +439,7 @@ class _Known:
     (:attr:`_PgWrite.assuming`) answers a read from it and queues an assertion that the
     server holds exactly that (:func:`_Sql` ``expect`` / ``expect_last``), checked after the
     writers' lock in the same round trip as the writes and the COMMIT: one that fails aborts
-    the transaction, which runs again reading for real (:class:`StaleAssumption`)."""
+    the transaction, which runs again reading for real (:class:`_StaleAssumption`)."""
 
     __slots__ = ("appended", "last", "rows")
 
@@ -481,7 +481,7 @@ class _Known:
             self.rows.popitem(last=False)
 
 
-class StaleAssumption(RetryableWrite):
+class _StaleAssumption(RetryableWrite):
     """A transaction that ran on what this process last knew (:class:`_Known`) found the
     server had changed: it was rolled back and runs again, reading what is stored."""
 
@@ -692,7 +692,7 @@ class _PgWrite(_PgRead, WriteTxn):
         if self._all_new(table, last_wins):
             # A plain INSERT: as fast as binary COPY (which pipeline mode cannot send), where
             # ON CONFLICT costs 2-3x; a key that exists after all fails it (unique_violation)
-            # and the transaction runs again with the upsert (StaleAssumption).
+            # and the transaction runs again with the upsert (_StaleAssumption).
             self._x(s.append_many, arrays)
             self.assumed += 1
         else:
@@ -888,7 +888,7 @@ class _WriteScope:
         assert row is not None
         self.xid = int(row[1])
 
-    def _stale(self, conn: Any, pipeline: Any, e: BaseException | None) -> StaleAssumption:
+    def _stale(self, conn: Any, pipeline: Any, e: BaseException | None) -> _StaleAssumption:
         """The transaction's assumptions failed (or could not be checked): roll it back, keep
         the connection, and run it again reading for real."""
         owner = self.owner
@@ -898,18 +898,18 @@ class _WriteScope:
         owner._drop_writer()
         owner._stale_assumption()
         what = "" if e is None else f" ({type(e).__name__}: {' '.join(str(e).split())})"
-        return StaleAssumption(
+        return _StaleAssumption(
             f"a write at {owner.location!r} ran on rows another writer has changed since{what};"
             " it was rolled back and runs again on what is stored"
         )
 
     def _abort(self, conn: Any, pipeline: Any, exc: BaseException, assumed: bool) -> None:
-        """Roll back after ``exc``; raise :class:`StaleAssumption` instead when the
+        """Roll back after ``exc``; raise :class:`_StaleAssumption` instead when the
         transaction's assumptions did not hold (what failed may have followed from one)."""
         if (
             assumed
             and isinstance(exc, Exception)
-            and not isinstance(exc, StaleAssumption)
+            and not isinstance(exc, _StaleAssumption)
             and conn is not None
             and not conn.closed
         ):
@@ -1409,7 +1409,7 @@ class PostgresBackend(Backend):
             except RetryableWrite as e:
                 if attempt == attempts - 1:
                     raise
-                if isinstance(e, StaleAssumption):  # the expected cost of assuming: no noise
+                if isinstance(e, _StaleAssumption):  # the expected cost of assuming: no noise
                     log.debug("%s: %s; running it again", self.location, e)
                     continue
                 log.warning(
