@@ -19,23 +19,34 @@ Invariants:
   transaction psycopg's pipeline mode queues statements: ``BEGIN`` and the lock go to the
   server with the first read (with it, what :meth:`ReadTxn.prefetch` asked for), writes with
   the next read or the COMMIT (an error one meets is raised there; the transaction is then
-  rolled back). So the lock is held for two round trips of a typical commit.
+  rolled back). So the lock is held for two round trips of a commit that reads.
+- One round trip for a commit whose process knows what it reads (``_Known``: what its own
+  write transactions wrote and read as they committed, and each table's greatest key): such a
+  transaction answers its reads from it and queues, after the lock, an assertion per read that
+  the server holds exactly that (``expect``, ``expect_last``: a division by zero when not),
+  then its writes, the COMMIT and the flush; all of it goes out at once. A failed assertion
+  aborts the pipeline: the transaction is dropped with its connection and runs again reading
+  for real (:class:`_StaleAssumption`, counted in ``stale``), and the next ones read for real
+  for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
+  commits pay a third round trip rarely. A key never seen is assumed absent (it is read in a
+  table rows are appended to). Correctness never rests on the guess: every value a
+  transaction used was asserted under the lock, in the same transaction.
 - A read transaction is ``REPEATABLE READ READ ONLY`` on a pooled connection, its snapshot
   pinned when it begins. Reads stream in keyset chunks (64, 256, ... rows): no server-side
   cursor, so an abandoned iterator costs nothing. A read whose connection is lost before the
   transaction returned anything begins again once on a new connection; later, it raises
   :class:`StorageError` (the caller reads again).
 - Every write transaction commits with ``synchronous_commit = off``: visible at once, the
-  writers' lock released without waiting for the disk. ``"fsync"`` then runs a flush
-  transaction (``_FLUSH``: a transaction id, committed synchronously) in the same round trip,
-  after the lock is free: the WAL is flushed in order, so the write is on disk when it returns,
-  and the flushes of all writers overlap. It survives a killed client, a crashed server and a
-  power loss of the server (given honest disks and ``fsync = on`` there); a reader may see it
-  for the moment before its flush (a server crash then loses it; its writer was not yet
-  answered). ``"process"`` stops there: it survives a killed client (the server has it) but a
-  crash of the server or its machine loses the last commits not yet flushed by the WAL writer
-  (up to 3 x ``wal_writer_delay``, 600 ms by default), never a partial one and never an earlier
-  one while keeping a later one. :meth:`PostgresBackend.sync` flushes them.
+  writers' lock released without waiting for the disk. ``"fsync"`` then runs a flush transaction
+  (``_FLUSH``: one statement writing WAL, committed synchronously) in the same round trip, after
+  the lock is free: the WAL is flushed in order, so the write is on disk when it returns, and
+  the flushes of all writers overlap. It survives a killed client, a crashed server and a power
+  loss of the server (given honest disks and ``fsync = on`` there); a reader may see it for the
+  moment before its flush (a server crash then loses it; its writer was not yet answered).
+  ``"process"`` stops there: it survives a killed client (the server has it) but a crash of the
+  server or its machine loses the last commits not yet flushed by the WAL writer (up to 3 x
+  ``wal_writer_delay``, 600 ms by default), never a partial one and never an earlier one while
+  keeping a later one. :meth:`PostgresBackend.sync` flushes them.
 - A write whose connection fails before COMMIT was rolled back by the server: it raises
   :class:`RetryableWrite` (``run_write`` retries it, bounded, with backoff, logged); so does a
   write that cannot set up its connection. Opening retries the schema check likewise. A connection
@@ -44,7 +55,11 @@ Invariants:
   same transaction, known before the COMMIT is sent): committed is success once flushed again,
   aborted is retried, and if it cannot find out it raises
   :class:`CommitOutcomeUnknown` and refuses every later write of this backend (a retry could
-  duplicate the batch): reopen the log and read what landed.
+  duplicate the batch): reopen the log and read what landed. A one-round-trip commit sends its
+  COMMIT before the id comes back; cut off before it did, it is resolved by a row it appended
+  (keys appended are new): the backend ends its old session (``pg_terminate_backend`` of its
+  process id and start), and once that session is gone, so that nothing of it can still
+  commit, the row there with its value means committed, absent means rolled back.
 - After ``fork`` the child never uses the parent's connections (they share its sockets); it
   opens its own on first use. psycopg never finishes a connection in another process.
 """
@@ -58,6 +73,7 @@ import logging
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -110,6 +126,13 @@ SERVER_KEEPALIVES = (
 )
 OPEN_ATTEMPTS = 5  # opens tried when the connection drops while checking the schema
 RETRY_SLEEP_S = 0.05  # first backoff between write attempts; doubles, capped at 1 s
+# What a process keeps of the rows its write transactions wrote and read (_Known): rows, and
+# the largest value kept (a bigger one is read again when needed).
+KNOWN_ROWS_MAX = 65_536
+KNOWN_VALUE_BYTES_MAX = 16_384
+# After a transaction's assumptions failed, this many transactions at most read for real
+# before one runs on assumptions again (doubling from 1 while they keep failing).
+ASSUME_BACKOFF_MAX = 64
 _GRAVEYARD: list[Any] = []  # a forked child's inherited connections: never used, never finished
 
 
@@ -194,6 +217,8 @@ def _refused_hint(text: str) -> str | None:
     """What to fix when a connection attempt was refused for good (``None``: unreachable)."""
     if "password authentication failed" in text or "no password supplied" in text:
         return "check the user and password in the URL"
+    if "role" in text and "does not exist" in text:
+        return "check the user name in the URL (or create that role on the server)"
     if "does not exist" in text:
         return "create the database first, or fix its name in the URL"
     return None
@@ -219,6 +244,8 @@ class _Sql:
         "count",
         "delete",
         "delete_range",
+        "expect",
+        "expect_last",
         "get",
         "get_many",
         "last",
@@ -250,6 +277,15 @@ class _Sql:
         )
         self.delete = r("DELETE FROM {t} WHERE k = %b")
         self.delete_range = r("DELETE FROM {t} WHERE k >= %b AND (%b::bytea IS NULL OR k < %b)")
+        # Assertions of a transaction that runs on what its process knows (_Known): each
+        # fails with division_by_zero when the row (the greatest key) is not as assumed.
+        self.expect = r(
+            "SELECT 1 / ((SELECT v FROM {t} WHERE k = %b) IS NOT DISTINCT FROM %b::bytea)::int"
+        )
+        self.expect_last = r(
+            "SELECT 1 / ((SELECT k FROM {t} ORDER BY k DESC LIMIT 1) "
+            "IS NOT DISTINCT FROM %b::bytea)::int"
+        )
         # (has start, has stop, reverse) -> scan statement taking (bounds..., limit)
         self.scans: dict[tuple[bool, bool, bool], str] = {}
         for lo in (False, True):
@@ -397,24 +433,99 @@ class _PgRead(ReadTxn):
         return n
 
 
+class _Known:
+    """What this process's own write transactions wrote and read, as they committed: a
+    guess at what the server holds, never trusted. A transaction that runs on it
+    (:attr:`_PgWrite.assuming`) answers a read from it and queues an assertion that the
+    server holds exactly that (:func:`_Sql` ``expect`` / ``expect_last``), checked after the
+    writers' lock in the same round trip as the writes and the COMMIT: one that fails aborts
+    the transaction, which runs again reading for real (:class:`_StaleAssumption`)."""
+
+    __slots__ = ("appended", "last", "rows")
+
+    def __init__(self) -> None:
+        # (table, key) -> value (None: absent), least recently used first
+        self.rows: OrderedDict[tuple[str, bytes], bytes | None] = OrderedDict()
+        # table -> (its greatest key, that row's value when known); None: the table is empty
+        self.last: dict[str, tuple[bytes, bytes | None] | None] = {}
+        self.appended: set[str] = set()  # tables rows were appended to: their rows not kept
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self.last.clear()
+
+    def get(self, table: str, key: bytes) -> tuple[bool, bytes | None]:
+        """``(known, value)``."""
+        k = (table, key)
+        try:
+            value = self.rows[k]
+        except KeyError:
+            return False, None
+        self.rows.move_to_end(k)
+        return True, value
+
+    def merge(self, rows: dict[tuple[str, bytes], bytes | None], dropped: list[str]) -> None:
+        appended = self.appended
+        for t in dropped:
+            for k in [k for k in self.rows if k[0] == t]:
+                del self.rows[k]
+        for k, v in rows.items():
+            if k[0] in appended:
+                continue
+            if v is not None and len(v) > KNOWN_VALUE_BYTES_MAX:
+                self.rows.pop(k, None)
+                continue
+            self.rows[k] = v
+            self.rows.move_to_end(k)
+        while len(self.rows) > KNOWN_ROWS_MAX:
+            self.rows.popitem(last=False)
+
+
+class _StaleAssumption(RetryableWrite):
+    """A transaction that ran on what this process last knew (:class:`_Known`) found the
+    server had changed: it was rolled back and runs again, reading what is stored."""
+
+
 class _PgWrite(_PgRead, WriteTxn):
     _what = "writing"
 
     def __init__(
-        self, conn: psycopg.Connection[Any], owner: PostgresBackend, scope: _WriteScope
+        self,
+        conn: psycopg.Connection[Any],
+        owner: PostgresBackend,
+        scope: _WriteScope,
+        *,
+        assuming: bool = False,
     ) -> None:
         super().__init__(conn, owner)
         self._last: dict[str, bytes | None] = {}  # greatest key per table, once looked up
+        self._last_value: dict[str, bytes | None] = {}  # the value of that row, when known
         self._wscope = scope
         # table -> (the queued lookup, its keys, what it found once read); dropped when the
         # transaction writes to the table
         self._pre: dict[str, tuple[Any, set[bytes], dict[bytes, bytes] | None]] = {}
+        # Reads answered from what the process knew, their assertions queued (see _Known).
+        self.assuming = assuming
+        self.assumed = 0
+        # What this transaction wrote or read, for _Known once it commits.
+        self.seen: dict[tuple[str, bytes], bytes | None] = {}
+        self.touched: set[str] = set()  # tables written
+        self.pruned: list[str] = []  # tables a range was deleted from
+        # One row this transaction appended: if its COMMIT is cut off, the row tells whether
+        # it committed (_WriteScope.__exit__).
+        self.witness: tuple[str, bytes, bytes] | None = None
+
+    def _expect(self, table: str, key: bytes, value: bytes | None) -> None:
+        s = self._sql(table)
+        assert s is not None
+        self._x(s.expect, (key, value))
+        self.assumed += 1
 
     def prefetch(self, table: str, keys: list[bytes]) -> None:
         s = self._readable(table)
         ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
-        if s is None or not ok:
-            return
+        if s is None or not ok or self.assuming:
+            return  # assuming: get() answers from what is known, or assumes absent
         try:
             # queued, no round trip
             cur = self._conn.execute(s.get_many, (_bytea_array(ok),), binary=True)
@@ -423,9 +534,29 @@ class _PgWrite(_PgRead, WriteTxn):
         self._pre[table] = (cur, set(ok), None)
 
     def get(self, table: str, key: bytes) -> bytes | None:
+        if (
+            self.assuming
+            and table not in self.pruned
+            and table in self._owner._present
+            and isinstance(key, bytes)
+            and 0 < len(key) <= POSTGRES_KEY_BYTES_MAX
+        ):
+            k = (table, key)
+            if k in self.seen:
+                return self.seen[k]  # written (or asserted) in this transaction
+            known, value = self._owner._known.get(table, key)
+            # Unknown: assumed absent, except in a table rows are appended to (a log: its
+            # keys are read once they exist), which is read.
+            if known or table not in self._owner._known.appended:
+                self._expect(table, key, value)
+                self.seen[k] = value
+                return value
         pre = self._pre.get(table)
         if pre is None or key not in pre[1]:
-            return super().get(table, key)
+            value = super().get(table, key)
+            if isinstance(key, bytes) and key:
+                self.seen.setdefault((table, key), value)
+            return value
         cur, keys, found = pre
         if found is None:
             try:
@@ -433,6 +564,8 @@ class _PgWrite(_PgRead, WriteTxn):
             except psycopg.Error as e:
                 raise self._owner._failed(e, "writing") from e
             self._pre[table] = (cur, keys, found)
+            for asked in keys:
+                self.seen.setdefault((table, asked), found.get(asked))
             if self._wscope.lock is not None:
                 self._wscope.locked()
         return found.get(key)
@@ -479,23 +612,56 @@ class _PgWrite(_PgRead, WriteTxn):
                 f"{POSTGRES_KEY_BYTES_MAX} bytes"
             )
 
-    def _saw(self, table: str, key: bytes) -> None:
+    def _saw(self, table: str, key: bytes, value: bytes) -> None:
+        self.touched.add(table)
         if table in self._last:
             last = self._last[table]
-            if last is None or key > last:
+            if last is None or key >= last:
                 self._last[table] = key
+                self._last_value[table] = value
+
+    def _assumed_last(self, table: str) -> bool:
+        """Take the table's greatest key from what is known (its assertion queued), when
+        this transaction runs on assumptions and it is known."""
+        if (
+            not self.assuming
+            or table in self._last
+            or table in self.touched  # its greatest key may be one this transaction wrote
+            or table not in self._owner._present
+        ):
+            return False
+        if table not in self._owner._known.last:
+            return False
+        known = self._owner._known.last[table]
+        s = self._sql(table)
+        assert s is not None
+        key, value = (None, None) if known is None else known
+        self._x(s.expect_last, (key,))
+        self.assumed += 1
+        self._last[table] = key
+        self._last_value[table] = value
+        return True
 
     def last_key(self, table: str) -> bytes | None:
-        if table not in self._last:  # kept: only this transaction writes while it runs
+        if table not in self._last and not self._assumed_last(table):
+            # kept: only this transaction writes while it runs
             self._last[table] = super().last_key(table)
+            self._last_value[table] = None
         return self._last[table]
 
     def last_item(self, table: str) -> tuple[bytes, bytes] | None:
         s = self._readable(table)
         if s is None:
             return None
+        if self._assumed_last(table) or (table in self._last and self._last[table] is None):
+            key, value = self._last[table], self._last_value.get(table)
+            if key is None:
+                return None
+            if value is not None:
+                return key, value
         rows = self._q(s.scans[False, False, True], (1,))
         self._last[table] = rows[0][0] if rows else None
+        self._last_value[table] = rows[0][1] if rows else None
         return (rows[0][0], rows[0][1]) if rows else None
 
     def _last_known(self, table: str) -> bytes | None:
@@ -506,8 +672,10 @@ class _PgWrite(_PgRead, WriteTxn):
         self._check_key(key)
         s = self._sql(table)
         assert s is not None
-        self._x(s.put, (key, bytes(value)))
-        self._saw(table, key)
+        value = bytes(value)
+        self._x(s.put, (key, value))
+        self.seen[table, key] = value
+        self._saw(table, key, value)
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -519,10 +687,32 @@ class _PgWrite(_PgRead, WriteTxn):
             self._check_key(k)
         s = self._sql(table)
         assert s is not None
-        last_wins = dict(pairs)  # one INSERT may not change a row twice
-        self._x(s.put_many, (_bytea_array(last_wins), _bytea_array(last_wins.values())))
-        for k in last_wins:
-            self._saw(table, k)
+        last_wins = {k: bytes(v) for k, v in pairs}  # one INSERT may not change a row twice
+        arrays = (_bytea_array(last_wins), _bytea_array(last_wins.values()))
+        if self._all_new(table, last_wins):
+            # A plain INSERT: as fast as binary COPY (which pipeline mode cannot send), where
+            # ON CONFLICT costs 2-3x; a key that exists after all fails it (unique_violation)
+            # and the transaction runs again with the upsert (_StaleAssumption).
+            self._x(s.append_many, arrays)
+            self.assumed += 1
+        else:
+            self._x(s.put_many, arrays)
+        for k, v in last_wins.items():
+            self.seen[table, k] = v
+            self._saw(table, k, v)
+
+    def _all_new(self, table: str, rows: dict[bytes, bytes]) -> bool:
+        """Whether this transaction assumes none of ``rows``' keys exists (none known to)."""
+        if not self.assuming or table in self.pruned or table not in self._owner._present:
+            return False
+        known = self._owner._known
+        seen = self.seen
+        for k in rows:
+            if seen.get((table, k)) is not None or known.get(table, k)[1] is not None:
+                return False
+            if (table, k) in seen:
+                return False  # deleted or asserted absent in this transaction: upsert
+        return True
 
     def delete(self, table: str, key: bytes) -> bool:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -530,7 +720,9 @@ class _PgWrite(_PgRead, WriteTxn):
         assert s is not None
         if not isinstance(key, bytes) or not key or len(key) > POSTGRES_KEY_BYTES_MAX:
             return False
+        self.touched.add(table)
         gone = self._n(s.delete, (key,)) > 0
+        self.seen[table, key] = None
         if gone and self._last.get(table) == key:
             del self._last[table]
         return gone
@@ -540,10 +732,23 @@ class _PgWrite(_PgRead, WriteTxn):
         s = self._sql(table)
         assert s is not None
         stop = prefix_end(prefix)
+        self.touched.add(table)
+        self.pruned.append(table)
+        for k in [k for k in self.seen if k[0] == table]:
+            del self.seen[k]
         n = self._n(s.delete_range, (prefix, stop, stop))
         if n:
             self._last.pop(table, None)
         return n
+
+    def _appended(self, table: str, key: bytes, value: bytes) -> None:
+        self.touched.add(table)
+        self.seen[table, key] = value
+        self._owner._known.appended.add(table)
+        self._last[table] = key
+        self._last_value[table] = value
+        if self.witness is None:
+            self.witness = (table, key, value)
 
     def append(self, table: str, key: bytes, value: bytes) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -551,8 +756,9 @@ class _PgWrite(_PgRead, WriteTxn):
         check_ascending(table, self._last_known(table), [(key, b"")])
         s = self._sql(table)
         assert s is not None
-        self._x(s.append, (key, bytes(value)))
-        self._last[table] = key
+        value = bytes(value)
+        self._x(s.append, (key, value))
+        self._appended(table, key, value)
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -564,13 +770,46 @@ class _PgWrite(_PgRead, WriteTxn):
         s = self._sql(table)
         assert s is not None
         if len(pairs) == 1:
-            self._x(s.append, (pairs[0][0], bytes(pairs[0][1])))
-        else:
-            self._x(
-                s.append_many,
-                (_bytea_array([k for k, _ in pairs]), _bytea_array([v for _, v in pairs])),
-            )
+            self.append(table, pairs[0][0], pairs[0][1])
+            return
+        values = [bytes(v) for _, v in pairs]
+        self._x(s.append_many, (_bytea_array([k for k, _ in pairs]), _bytea_array(values)))
+        for (key, _), value in zip(pairs, values, strict=True):
+            self._appended(table, key, value)
         self._last[table] = pairs[-1][0]
+        self._last_value[table] = values[-1]
+
+    def committed(self) -> None:
+        """Tell :class:`_Known` what this transaction wrote and read, now that it holds."""
+        known = self._owner._known
+        # A pruned table's rows known before are dropped; what this transaction wrote or read
+        # in it after the prune is exact (delete_prefix forgot the table's earlier ones).
+        known.merge(self.seen, self.pruned)
+        for t in self.touched | set(self._last):
+            if t in self._last:
+                key = self._last[t]
+                known.last[t] = None if key is None else (key, self._last_value.get(t))
+            else:
+                known.last.pop(t, None)
+
+
+# What a failed assumption of a transaction raises (the assertion itself, or a later statement
+# of its pipeline).
+_STALE_ERRORS = (
+    psycopg.errors.DivisionByZero,
+    psycopg.errors.UniqueViolation,  # rows assumed new (_PgWrite.put_many)
+    psycopg.errors.PipelineAborted,
+)
+
+
+def _end_quietly(pipeline: Any) -> None:
+    """Leave pipeline mode (the ``conn.pipeline()`` context) without an exception passed in:
+    psycopg logs "error ignored terminating <psycopg.Pipeline [BAD]>" to stderr when one is
+    passed (or when a pipeline left open is finalized) on a broken connection. The error it
+    raises instead is the one the caller handles already."""
+    if pipeline is not None:
+        with contextlib.suppress(Exception):
+            pipeline.__exit__(None, None, None)
 
 
 class _WriteScope:
@@ -578,11 +817,16 @@ class _WriteScope:
 
     ``BEGIN`` and the lock are queued in the pipeline, not sent on their own: they go to the
     server with the transaction's first read (one round trip for both), whose answer comes
-    once the lock is granted. The transaction id the lock query returns is known before the
-    ``COMMIT`` is sent (:meth:`locked`), so a cut ``COMMIT`` can always be resolved.
+    once the lock is granted. A transaction that reads nothing for real (it runs on what the
+    process knows, :class:`_Known`, its assertions queued) sends everything, the COMMIT and
+    the flush included, in one round trip.
+
+    A cut ``COMMIT`` is resolved by the transaction id (the lock query returns it; read before
+    the COMMIT is sent unless the transaction appended a row) or, when the id never came back,
+    by the row it appended (:attr:`_PgWrite.witness`) once its server session is gone.
     """
 
-    __slots__ = ("before_lock", "began", "granted", "lock", "owner", "pipeline", "xid")
+    __slots__ = ("before_lock", "began", "granted", "lock", "owner", "pipeline", "txn", "xid")
 
     def __init__(
         self, owner: PostgresBackend, before_lock: Callable[[WriteTxn], None] | None = None
@@ -594,6 +838,7 @@ class _WriteScope:
         self.lock: Any = None  # the lock query's cursor until its result is read
         self.began = 0.0
         self.granted = 0.0
+        self.txn: _PgWrite | None = None
 
     def __enter__(self) -> WriteTxn:
         owner = self.owner
@@ -609,14 +854,15 @@ class _WriteScope:
                 self.pipeline.__enter__()
                 conn.execute(_BEGIN_WRITE)
             except psycopg.Error as e:
-                self.pipeline = None
+                pipeline, self.pipeline = self.pipeline, None
+                _end_quietly(pipeline)
                 owner._drop_writer()
                 raise owner._failed(e, "beginning a write") from e
         except BaseException:
             owner._write_lock.release()
             raise
         # From here on, __exit__ cleans up: rolls back, releases the in-process lock.
-        txn = _PgWrite(conn, owner, self)
+        self.txn = txn = _PgWrite(conn, owner, self, assuming=owner._assume_now())
         try:
             if self.before_lock is not None:
                 # Writes that need no lock (rows of this writer's own keys) go to the server
@@ -642,25 +888,105 @@ class _WriteScope:
         assert row is not None
         self.xid = int(row[1])
 
+    def _stale(self, conn: Any, pipeline: Any, e: BaseException | None) -> _StaleAssumption:
+        """The transaction's assumptions failed (or could not be checked): roll it back, keep
+        the connection, and run it again reading for real."""
+        owner = self.owner
+        _end_quietly(pipeline)
+        # A new connection, not a ROLLBACK on this one: psycopg takes statements the failed
+        # pipeline prepared for prepared ("prepared statement ... does not exist" later).
+        owner._drop_writer()
+        owner._stale_assumption()
+        what = "" if e is None else f" ({type(e).__name__}: {' '.join(str(e).split())})"
+        return _StaleAssumption(
+            f"a write at {owner.location!r} ran on rows another writer has changed since{what};"
+            " it was rolled back and runs again on what is stored"
+        )
+
+    def _abort(self, conn: Any, pipeline: Any, exc: BaseException, assumed: bool) -> None:
+        """Roll back after ``exc``; raise :class:`_StaleAssumption` instead when the
+        transaction's assumptions did not hold (what failed may have followed from one)."""
+        if (
+            assumed
+            and isinstance(exc, Exception)
+            and not isinstance(exc, _StaleAssumption)
+            and conn is not None
+            and not conn.closed
+        ):
+            stale = isinstance(exc.__cause__, _STALE_ERRORS)
+            active = conn._pipeline
+            if not stale and pipeline is not None and active is not None:
+                try:
+                    active.sync()
+                except psycopg.Error as e:
+                    stale = not _lost(e)
+            if stale:
+                raise self._stale(conn, pipeline, None) from None
+        _end_quietly(pipeline)  # what was queued fails
+        if isinstance(exc, psycopg.Error) or isinstance(exc.__cause__, psycopg.Error):
+            # The server failed a statement of the pipeline: a new connection (see _stale).
+            self.owner._drop_writer()
+        elif conn is not None and not conn.closed:
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                self.owner._drop_writer()  # the server rolls back a lost session
+
+    def _commit_failed(
+        self, e: psycopg.Error, conn: Any, pipeline: Any, commit: Any, assumed: bool
+    ) -> None:
+        """The COMMIT's round trip failed: a failed assumption runs the transaction again; a
+        lost connection is resolved (:meth:`PostgresBackend._resolve`)."""
+        owner = self.owner
+        pid, started = owner._wsession
+        witness = None if self.txn is None else self.txn.witness
+        status = None if commit is None else commit.pgresult
+        done = status is not None and status.command_status == b"COMMIT"
+        if assumed and not done and isinstance(e, _STALE_ERRORS):
+            raise self._stale(conn, pipeline, e) from None
+        _end_quietly(pipeline)
+        owner._drop_writer()
+        owner._known.clear()
+        if not done and isinstance(
+            e, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure
+        ):
+            raise owner._failed(e, "committing") from e  # the server rolled it back: retried
+        if done and not self.xid:
+            with contextlib.suppress(psycopg.Error):
+                self.locked()  # its result came before the COMMIT's
+        if done and (self.xid or witness is None):
+            # Committed (and visible); only its flush failed: make it durable.
+            owner._resolve(self.xid, e, committed=True)
+        elif done:
+            assert witness is not None
+            owner._resolve(0, e, committed=True, witness=(witness, pid, started))
+        elif not _lost(e):
+            raise owner._failed(e, "committing") from e
+        elif self.xid or witness is None:
+            owner._resolve(self.xid, e)  # returns when it committed (and is durable)
+        else:
+            owner._resolve(0, e, witness=(witness, pid, started))
+
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         owner = self.owner
+        txn = self.txn
+        assumed = txn is not None and txn.assumed > 0
         try:
             conn = owner._wconn
             pipeline, self.pipeline = self.pipeline, None
             if exc is not None:
-                if conn is not None and not conn.closed:
-                    try:
-                        if pipeline is not None:
-                            with contextlib.suppress(psycopg.Error):
-                                pipeline.__exit__(None, None, None)  # what was queued fails
-                        conn.execute("ROLLBACK")
-                    except psycopg.Error:
-                        owner._drop_writer()  # the server rolls back a lost session
+                self._abort(conn, pipeline, exc, assumed)
                 return
             assert conn is not None
+            assert txn is not None
+            witness = txn.witness
             try:
-                self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
+                if witness is None or not assumed:
+                    self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
             except psycopg.Error as e:
+                if assumed and isinstance(e, _STALE_ERRORS):
+                    raise self._stale(conn, pipeline, e) from None
+                _end_quietly(pipeline)
                 owner._drop_writer()  # nothing committed: the COMMIT was never sent
                 raise owner._failed(e, "writing") from e
             commit: Any = None
@@ -673,18 +999,15 @@ class _WriteScope:
                         conn.execute(statement)
                 if pipeline is not None:
                     pipeline.__exit__(None, None, None)  # sends the writes, COMMIT and flush
+                self.locked()  # its result came back before the COMMIT's: no round trip
                 owner.commits += 1
                 owner.lock_held_s += time.perf_counter() - self.granted
             except psycopg.Error as e:
-                owner._drop_writer()
-                status = None if commit is None else commit.pgresult
-                if status is not None and status.command_status == b"COMMIT":
-                    # Committed (and visible); only its flush failed: make it durable.
-                    owner._resolve(self.xid, e, committed=True)
-                elif not _lost(e):
-                    raise owner._failed(e, "committing") from e
-                else:
-                    owner._resolve(self.xid, e)  # returns when it committed (and is durable)
+                self._commit_failed(e, conn, pipeline, commit, assumed)
+                return
+            txn.committed()
+            if assumed:
+                owner._assume_backoff = 0
         finally:
             owner._write_lock.release()
 
@@ -732,6 +1055,8 @@ class PostgresBackend(Backend):
         # Seconds from the lock's grant to the commit's answer (an upper bound of the time the
         # lock was held: in "fsync" mode the answer also waits for the flush after it).
         self.lock_held_s = 0.0
+        # Transactions that ran on what the process knew and found it stale (run again).
+        self.stale = 0
         self._reset_connections()
         self._present: set[str] = set()
         delay = RETRY_SLEEP_S
@@ -760,7 +1085,12 @@ class PostgresBackend(Backend):
         self._write_lock = threading.Lock()
         self._pool_lock = threading.Lock()
         self._wconn: psycopg.Connection[Any] | None = None
+        # (server process id, its start) of the write connection's session
+        self._wsession: tuple[int, Any] = (0, None)
         self._idle: list[psycopg.Connection[Any]] = []
+        self._known = _Known()
+        self._assume_skip = 0  # transactions left to read for real before assuming again
+        self._assume_backoff = 0
 
     def _check(self) -> None:
         if self._closed:
@@ -799,10 +1129,14 @@ class PostgresBackend(Backend):
                 raise RetryableWrite(f"{e}; the write was not begun") from e  # unreachable: retried
             try:
                 conn.execute(self._sync_setting)
+                row = conn.execute(
+                    "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+                ).fetchone()
             except psycopg.Error as e:
                 conn.close()
                 raise self._failed(e, "connecting") from e  # lost again: retried
             self._wconn = conn
+            self._wsession = (0, None) if row is None else (int(row[0]), row[1])
         return conn
 
     def _drop_writer(self) -> None:
@@ -822,11 +1156,24 @@ class PostgresBackend(Backend):
             return ReadOnlyLog(f"{what} at {self.location!r}: {str(e).strip()}")
         return _storage_error(e, f"{what} at {self.location!r}")
 
-    def _resolve(self, xid: int, cause: BaseException, *, committed: bool = False) -> None:
+    def _resolve(
+        self,
+        xid: int,
+        cause: BaseException,
+        *,
+        committed: bool = False,
+        witness: tuple[tuple[str, bytes, bytes], int, Any] | None = None,
+    ) -> None:
         """The connection failed during COMMIT of transaction ``xid`` (or, ``committed``, during
         the durable flush after it): learn its fate; in ``fsync`` mode a committed ``xid`` is
         made durable before this returns (its status first, then a flush: the flush then
-        covers its commit record)."""
+        covers its commit record).
+
+        Without the id (the COMMIT was sent with the rest, before the id came back),
+        ``witness`` is ``((table, key, value) the transaction appended, the server process
+        id and start of its session)``: that session is ended (``pg_terminate_backend``) and,
+        once it is gone, so that nothing of it can commit any more, the row tells: there
+        with that value, committed; absent, rolled back (an appended key was new)."""
         delay = RETRY_SLEEP_S
         status: str | None = "unknown"
         what = "flush after the commit" if committed else "commit"
@@ -836,8 +1183,11 @@ class PostgresBackend(Backend):
             attempt += 1
             try:
                 with self._connect() as conn:
-                    row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
-                    status = None if row is None else row[0]
+                    if witness is None:
+                        row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
+                        status = None if row is None else row[0]
+                    else:
+                        status = self._witness_status(conn, *witness)
                     if status == "committed" and self._flush_after:
                         conn.execute(_FLUSH_NOW)
             except (psycopg.Error, StorageError) as e:
@@ -867,6 +1217,32 @@ class PostgresBackend(Backend):
         )
         raise self._unknown from cause
 
+    def _witness_status(
+        self, conn: psycopg.Connection[Any], row: tuple[str, bytes, bytes], pid: int, start: Any
+    ) -> str:
+        alive = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid = %s AND backend_start = %s",
+            (pid, start),
+        ).fetchall()
+        if alive or not pid:
+            return "in progress"  # ended now (or unknown): looked at again after a pause
+        table, key, value = row
+        found = conn.execute(self._sql[table].get, (key,), binary=True).fetchone()
+        return "committed" if found is not None and bytes(found[0]) == value else "aborted"
+
+    def _assume_now(self) -> bool:
+        """Whether the next write transaction runs on what this process knows (_Known)."""
+        if self._assume_skip > 0:
+            self._assume_skip -= 1
+            return False
+        return bool(self._known.last)
+
+    def _stale_assumption(self) -> None:
+        self.stale += 1
+        self._assume_backoff = min(max(1, 2 * self._assume_backoff), ASSUME_BACKOFF_MAX)
+        self._assume_skip = self._assume_backoff
+
     def _refuse_after_unknown(self) -> None:
         if self._unknown is not None:
             raise CommitOutcomeUnknown(str(self._unknown))
@@ -874,6 +1250,9 @@ class PostgresBackend(Backend):
     # -- schema --------------------------------------------------------------------------------
 
     def _open_schema(self, conn: psycopg.Connection[Any], marker: str | None) -> None:
+        """Check every table name the log would use, then create the missing ones: nothing
+        is created or written in a schema that holds a table of one of those names that
+        ckptlog did not create (:meth:`_check_foreign`)."""
         where = f"opening {self.location!r}"
         try:
             found = self._existing(conn)
@@ -885,26 +1264,37 @@ class PostgresBackend(Backend):
             self._check_foreign(found or {}, marker)
             missing = [t for t in self._tables if t not in (found or {})]
             if missing and not self.readonly:
-                # One round trip. Not flushed at its commit: the first durable write flushes
-                # the WAL up to and past it.
-                statements = [
-                    sql.SQL("SET LOCAL synchronous_commit = off"),
-                    sql.SQL(f"SELECT pg_advisory_xact_lock({self._key})"),
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)),
-                    *(stmt for t in missing for stmt in _ddl(self.schema, t)),
-                ]
+                # One transaction under the writers' lock: the schema is checked again once
+                # the lock is held (another process may have created tables meanwhile), and
+                # the tables are created only if it still passes. Not flushed at its commit:
+                # the first durable write flushes the WAL up to and past it.
                 with conn.transaction():
+                    conn.execute(
+                        f"SET LOCAL synchronous_commit = off; "
+                        f"SELECT pg_advisory_xact_lock({self._key})"
+                    )
+                    found = self._existing(conn)
+                    self._check_foreign(found or {}, marker)
+                    missing = [t for t in self._tables if t not in (found or {})]
+                    statements = [
+                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                            sql.Identifier(self.schema)
+                        ),
+                        *(stmt for t in missing for stmt in _ddl(self.schema, t)),
+                    ]
                     conn.execute(sql.SQL("; ").join(statements).as_string(conn))
                 found = self._existing(conn)
-                self._check_foreign(found or {}, marker)
         except psycopg.Error as e:
             raise _storage_error(e, where) from e
         self._present = {t for t in self._tables if t in (found or {})}
 
-    def _existing(self, conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, str]]] | None:
-        """Tables of the schema with their (column, type) pairs; ``None``: no such schema."""
+    def _existing(
+        self, conn: psycopg.Connection[Any]
+    ) -> dict[str, list[tuple[str, str, str]]] | None:
+        """Tables of the schema with their (column, type, storage) triples; ``None``: no
+        such schema."""
         rows = conn.execute(
-            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) "
+            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attstorage "
             "FROM pg_namespace n LEFT JOIN pg_class c ON c.relnamespace = n.oid "
             "AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
             "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
@@ -913,24 +1303,39 @@ class PostgresBackend(Backend):
         ).fetchall()
         if not rows:
             return None  # no such schema
-        tables: dict[str, list[tuple[str, str]]] = {}
-        for name, col, typ in rows:
+        tables: dict[str, list[tuple[str, str, str]]] = {}
+        for name, col, typ, storage in rows:
             if name is None:
                 continue  # the schema holds no table
             tables.setdefault(name, [])
             if col is not None:
-                tables[name].append((col, typ))
+                tables[name].append((col, typ, str(storage)))
         return tables
 
-    def _check_foreign(self, found: dict[str, list[tuple[str, str]]], marker: str | None) -> None:
-        want = [("k", "bytea"), ("v", "bytea")]
+    def _check_foreign(
+        self, found: dict[str, list[tuple[str, str, str]]], marker: str | None
+    ) -> None:
+        """Refuse a schema that holds, under a name this log uses, a table ckptlog did not
+        create. ckptlog's tables are ``(k bytea, v bytea)`` with ``v`` stored ``EXTERNAL``
+        (:func:`_ddl`, since the first version): a table of that shape with the default
+        storage was made by someone else, however alike."""
         for t in self._tables:
-            if t in found and found[t] != want:
-                cols = ", ".join(f"{c} {ty}" for c, ty in found[t])
+            if t not in found:
+                continue
+            cols = [(c, ty) for c, ty, _ in found[t]]
+            if cols != [("k", "bytea"), ("v", "bytea")]:
+                shown = ", ".join(f"{c} {ty}" for c, ty in cols)
                 raise NotALog(
-                    f"{self.location!r}: table {self.schema}.{t} has columns ({cols}), not the "
+                    f"{self.location!r}: table {self.schema}.{t} has columns ({shown}), not the "
                     "(k bytea, v bytea) of a ckptlog table; it belongs to something else: use "
                     "another schema (?schema=...) for the log"
+                )
+            if found[t][1][2] != "e":
+                raise NotALog(
+                    f"{self.location!r}: table {self.schema}.{t} has ckptlog's columns "
+                    "(k bytea, v bytea) but was not created by ckptlog (its v column is not "
+                    "stored EXTERNAL, as ckptlog's are); it belongs to something else and was "
+                    "left as it is: use another schema (?schema=...) for the log"
                 )
         if (
             marker is not None
@@ -1004,6 +1409,9 @@ class PostgresBackend(Backend):
             except RetryableWrite as e:
                 if attempt == attempts - 1:
                     raise
+                if isinstance(e, _StaleAssumption):  # the expected cost of assuming: no noise
+                    log.debug("%s: %s; running it again", self.location, e)
+                    continue
                 log.warning(
                     "%s: write attempt %d of %d failed (%s); retrying",
                     self.location,
@@ -1065,13 +1473,17 @@ _BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # A durable flush of the WAL up to now: a transaction with an id (so a commit record) that
 # commits synchronously. PostgreSQL flushes the WAL in order, so every commit inserted before
 # this one is durable once it returns; concurrent flushers share one disk flush.
-_FLUSH = (
-    "BEGIN",
-    "SET LOCAL synchronous_commit = on",
-    "SELECT txid_current()",
-    "COMMIT",
-)
-_FLUSH_NOW = "; ".join(_FLUSH)  # the same, as one simple query (outside a pipeline)
+# In the pipeline, behind the COMMIT: one statement, run in the implicit transaction that ends
+# at the pipeline's sync, committed synchronously (``set_config`` with ``is_local``: SET LOCAL).
+# PostgreSQL flushes at a commit only when the transaction wrote WAL before its commit record
+# (``RecordTransactionCommit``: an id alone is not enough, so ``SELECT txid_current()`` in a
+# synchronous transaction returns before anything is flushed): a non-transactional logical
+# message (prefix "ckptlog", ignored by logical decoding consumers that do not ask for
+# messages) is that WAL, written by any role at ``wal_level = replica``.
+_FLUSH_WAL = "pg_current_xact_id(), pg_logical_emit_message(false, 'ckptlog', 'flush')"
+_FLUSH = (f"SELECT set_config('synchronous_commit', 'on', true), {_FLUSH_WAL}",)
+# The same as one simple query (outside a pipeline).
+_FLUSH_NOW = f"BEGIN; SET LOCAL synchronous_commit = on; SELECT {_FLUSH_WAL}; COMMIT"
 
 
 class _ReadScope:

@@ -205,10 +205,13 @@ def test_writes_commit_under_the_lock_and_flush_after_it(
         backend.run_write(lambda txn: txn.put("a", b"k", b"v"))
         s = rec.statements
         assert s[0].startswith("SET synchronous_commit = off;")  # the write connection's
-        assert s[1] == "BEGIN ISOLATION LEVEL READ COMMITTED"
-        assert "pg_advisory_xact_lock" in s[2]  # queued: sent with the first read or COMMIT
+        assert "pg_stat_activity" in s[1]  # its session, should a cut COMMIT need it
+        assert s[2] == "BEGIN ISOLATION LEVEL READ COMMITTED"
+        assert "pg_advisory_xact_lock" in s[3]  # queued: sent with the first read or COMMIT
         commit = s.index("COMMIT")
-        flush = ["BEGIN", "SET LOCAL synchronous_commit = on", "SELECT txid_current()", "COMMIT"]
+        from backends.postgres import _FLUSH  # noqa: PLC0415
+
+        flush = list(_FLUSH)  # one statement (test_the_flush_puts_the_wal_on_disk)
         if durability == "fsync":
             assert s[commit + 1 :] == flush
         else:
@@ -298,3 +301,86 @@ def test_bytea_arrays_are_sent_in_binary_as_the_server_reads_them(
     finally:
         conn.close()
         backend.close()
+
+
+@pytest.mark.parametrize("when", ["between", "during"])
+def test_a_cut_connection_leaves_no_psycopg_noise(
+    pg_schemas: PgSchemas, tmp_path: Path, caplog: pytest.LogCaptureFixture, when: str
+) -> None:
+    """A write connection cut between transactions or in the middle of one is retried, and
+    psycopg logs nothing about the pipeline it was in (it used to print "error ignored
+    terminating <psycopg.Pipeline [BAD]>" to stderr whenever a connection was cut mid-write)."""
+    import gc  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    backend = PostgresBackend(url, tables=TABLES)
+    killer = psycopg.connect(url.split("?")[0], autocommit=True)
+    calls: list[int] = []
+
+    def cut(txn: WriteTxn) -> None:
+        assert isinstance(txn, _PgRead)
+        killer.execute("SELECT pg_terminate_backend(%s)", (txn._conn.info.backend_pid,))
+
+    def fn(txn: WriteTxn) -> None:
+        calls.append(1)
+        if when == "during" and len(calls) == 1:
+            cut(txn)
+        txn.put("a", b"k%d" % len(calls), b"v")  # only writes: the commit meets the cut
+
+    try:
+        backend.run_write(lambda txn: txn.put("a", b"k0", b"v"))
+        with caplog.at_level("WARNING", logger="psycopg"):
+            for _ in range(3):
+                if when == "between":
+                    assert backend._wconn is not None
+                    pid = backend._wconn.info.backend_pid
+                    killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                calls.clear()
+                backend.run_write(fn)
+                gc.collect()  # a pipeline left open would log as it is finalized
+        assert "error ignored" not in caplog.text
+        assert not [r for r in caplog.records if r.name.startswith("psycopg")], caplog.text
+        with backend.read() as r:
+            assert r.count("a") >= 2
+    finally:
+        killer.close()
+        backend.close()
+
+
+def test_the_flush_puts_the_wal_on_disk(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    """The flush behind an asynchronous COMMIT (one statement in the pipeline, or the simple
+    query ``sync()`` and a resolution run) returns only once the WAL up to it is on disk. (A
+    transaction that only takes an id commits without flushing, whatever synchronous_commit
+    says: the flush used to be that, and returned before the WAL was on disk.)"""
+    from backends.postgres import _FLUSH, _FLUSH_NOW  # noqa: PLC0415
+
+    base = pg_schemas.url(tmp_path).split("?")[0]
+    conn = psycopg.connect(base, autocommit=True)
+    other = psycopg.connect(base, autocommit=True)
+
+    def on_disk(lsn: object) -> bool:
+        row = other.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (str(lsn),))
+        return bool(row.fetchone()[0])  # type: ignore[index]
+
+    try:
+        conn.execute("SET synchronous_commit = off")
+        (flush,) = _FLUSH
+        probe = flush.replace(
+            "pg_current_xact_id()", "pg_current_xact_id(), pg_current_wal_insert_lsn()"
+        )
+        for _ in range(5):
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute("SELECT pg_logical_emit_message(true, 'ckptlog-test', 'x')")
+                conn.execute("COMMIT")
+                cur = conn.execute(probe)
+            row = cur.fetchone()
+            assert row is not None
+            assert on_disk(row[2])
+            lsn = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+            assert lsn is not None
+            conn.execute(_FLUSH_NOW)
+            assert on_disk(lsn[0])
+    finally:
+        conn.close()
+        other.close()

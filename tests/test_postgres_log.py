@@ -80,6 +80,60 @@ def test_open_errors_say_what_is_wrong(pg_schemas: PgSchemas, tmp_path: Path) ->
     assert tables == (1,)
 
 
+def _schema_snapshot(schema: str) -> list[tuple[object, ...]]:
+    """Every table of ``schema`` with its columns and every row (as text): what a refused
+    open must leave exactly as it was."""
+    import psycopg  # noqa: PLC0415
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT c.relname, c.relkind, a.attname, format_type(a.atttypid, a.atttypmod), "
+            "a.attstorage FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 "
+            "WHERE n.nspname = %s ORDER BY 1, a.attnum",
+            (schema,),
+        ).fetchall()
+        rows = []
+        for name in sorted({t[0] for t in tables if t[1] == "r"}):
+            rows += conn.execute(
+                f'SELECT %s, t::text FROM "{schema}"."{name}" t ORDER BY 2', (name,)
+            ).fetchall()
+    return [*tables, *rows]
+
+
+@pytest.mark.parametrize("table", ["log", "meta"])
+def test_a_foreign_table_with_ckptlog_columns_is_refused_and_left_alone(
+    pg_schemas: PgSchemas, tmp_path: Path, table: str
+) -> None:
+    """Someone else's ``log`` or ``meta`` table shaped exactly like ckptlog's (``k bytea``
+    key, ``v bytea``) holding rows: opening refuses the schema before creating or writing
+    anything in it, and opening it again refuses it again."""
+    import psycopg  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path / table)
+    schema = url.split("schema=")[1]
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".{table} (k bytea PRIMARY KEY, v bytea NOT NULL)')
+        conn.execute(f"INSERT INTO \"{schema}\".{table} VALUES ('\\x01', 'theirs')")
+    before = _schema_snapshot(schema)
+    for _ in range(2):
+        with pytest.raises(NotALog, match=rf"{schema}\.{table} .*not created by ckptlog"):
+            CheckpointLog.open(url)
+        assert _schema_snapshot(schema) == before
+    with pytest.raises(NotALog, match=rf"{schema}\.{table} .*not created by ckptlog"):
+        CheckpointLog.open(url, readonly=True)
+    assert _schema_snapshot(schema) == before
+
+
+def test_an_unknown_role_is_named_in_the_hint(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    netloc_rest = PG_URL.split("@", 1)[1]
+    url = f"postgresql://no_such_role_ckptlog@{netloc_rest}?schema=x"
+    with pytest.raises(StorageError, match=r"role .*does not exist.*check the user name") as e:
+        CheckpointLog.open(url)
+    assert "create the database" not in str(e.value)
+
+
 def test_cli_reads_a_postgres_log(pg_schemas: PgSchemas, tmp_path: Path) -> None:
     url = pg_schemas.url(tmp_path)
     cl = CheckpointLog.open(url)

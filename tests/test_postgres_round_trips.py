@@ -1,0 +1,204 @@
+"""Round trips of a save on PostgreSQL: a write whose process knows the log's tail sends its
+assertions, writes, COMMIT and flush in one round trip; a stale assumption is rolled back and
+run again; a COMMIT cut off before its transaction id came back is resolved by a row it wrote.
+
+Round trips are measured the way a user meets them: through a relay that delays everything the
+server sends (a server 200 ms away), so one round trip costs ~200 ms and two ~400 ms, whatever
+the machine's load adds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from pg_latency import LatencyRelay
+from pg_schemas import PG_URL, PgSchemas
+
+from backends.base import WriteTxn
+from backends.postgres import PostgresBackend, _PgWrite
+from eventlog.integrations.langgraph import LmdbSaver
+
+DELAY_S = 0.2  # a second round trip would add as much: far above the machine's jitter
+
+
+class _State(TypedDict):
+    result: dict[str, Any]
+    n: int
+
+
+def _graph(saver: LmdbSaver) -> Any:
+    from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
+
+    def step(state: _State) -> dict[str, Any]:
+        return {"result": {"text": "x" * 150, "n": state["n"]}, "n": state["n"] + 1}
+
+    g = StateGraph(_State)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_edge("step", END)
+    return g.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("durability", ["fsync", "process"])
+def test_a_langgraph_step_costs_one_round_trip_per_call(
+    pg_schemas: PgSchemas, tmp_path: Path, durability: str
+) -> None:
+    """The ``put`` and ``put_writes`` calls of a real graph's run (recorded on LangGraph's
+    ``InMemorySaver``) replayed in order on a thread, as the graph makes them: after the
+    log's first write, each returns after one round trip, on a new thread too."""
+    from benchmarks.pg_compare import on_thread, record_calls  # noqa: PLC0415
+
+    calls = record_calls(6)
+    url = pg_schemas.url(tmp_path)
+    with LatencyRelay(PG_URL, DELAY_S) as relay:
+        saver = LmdbSaver.open(relay.url(url), durability=durability)
+        try:
+            times: dict[str, list[float]] = {"put": [], "put_writes": []}
+            for thread in ("first", "second"):
+                for kind, (config, *rest) in calls:
+                    t0 = time.perf_counter()
+                    getattr(saver, kind)(on_thread(config, thread), *rest)
+                    times[kind].append(time.perf_counter() - t0)
+            first_put = times["put"].pop(0)  # the log's first write: opening, reading
+            assert first_put < 10 * DELAY_S
+            for name, got in times.items():
+                assert len(got) >= 5, (name, got)
+                assert statistics.median(got) >= 0.9 * DELAY_S, (name, got)  # the relay works
+                assert statistics.median(got) < 1.3 * DELAY_S, (name, got)  # one round trip
+                # ... every time: at most one call is slower (a stall of the loaded machine)
+                assert sum(t > 1.5 * DELAY_S for t in got) <= 1, (name, got)
+            assert saver.log.backend.stale == 0  # type: ignore[attr-defined]
+            report = saver.verify()
+            assert report.ok, str(report)
+        finally:
+            saver.close()
+
+
+def test_two_writers_on_one_thread_rebuild_on_what_is_stored(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """Two savers (two processes' backends) take turns on one thread: each finds the other
+    appended since its last commit, its one-round-trip attempt is rolled back and run again on
+    what is stored, and every checkpoint lands, chained, exactly once."""
+    url = pg_schemas.url(tmp_path)
+    savers = [LmdbSaver.open(url), LmdbSaver.open(url)]
+    try:
+        graphs = [_graph(s) for s in savers]
+        config = {"configurable": {"thread_id": "shared"}}
+        for i in range(8):
+            graphs[i % 2].invoke({"result": {}, "n": 10 * i}, config)
+        stale = sum(s.log.backend.stale for s in savers)  # type: ignore[attr-defined]
+        assert stale >= 1
+        history = list(savers[0].list(config))
+        assert len({c.config["configurable"]["checkpoint_id"] for c in history}) == len(history)
+        assert len(history) == 8 * 3  # input, step, end... of every invocation
+        assert graphs[1].get_state(config).values["n"] == 71
+        for s in savers:
+            report = s.verify()
+            assert report.ok, str(report)
+    finally:
+        for s in savers:
+            s.close()
+
+
+def test_a_commit_cut_before_its_id_came_back_is_resolved_by_its_row(
+    pg_schemas: PgSchemas, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The session of a one-round-trip write ends while its pipeline runs, before the COMMIT:
+    the writer never learns the transaction id, so it ends what is left of that session, finds
+    the row the transaction appended absent, and runs it again: it lands exactly once."""
+    backend = PostgresBackend(pg_schemas.url(tmp_path), tables=("a",))
+    attempts: list[int] = []
+
+    def fn(txn: WriteTxn) -> None:
+        attempts.append(1)
+        assert isinstance(txn, _PgWrite)
+        txn.append("a", b"k2", b"second")
+        if len(attempts) == 1:
+            assert txn.assuming
+            assert txn.assumed > 0
+            txn._x("SELECT pg_terminate_backend(pg_backend_pid())", ())
+
+    try:
+        backend.run_write(lambda txn: txn.append("a", b"k1", b"first"))
+        with caplog.at_level("WARNING", logger="ckptlog.postgres"):
+            backend.run_write(fn)
+        assert len(attempts) == 2
+        assert "commit of 0 was cut off; it was rolled back" in caplog.text
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"k1", b"first"), (b"k2", b"second")]
+    finally:
+        backend.close()
+
+
+def test_instance_rows_go_as_a_plain_insert_and_re_saved_instances_still_work(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """A batch's new instance rows are one plain ``INSERT`` of binary arrays (as fast as binary
+    ``COPY``; ``ON CONFLICT`` costs 2-3x); an instance saved again, by this process or by
+    another one that never saw it, is upserted (the other's plain INSERT meets the row, is
+    rolled back and runs again as an upsert)."""
+    from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
+    from eventlog.records import FanOutInternalSaveBatching  # noqa: PLC0415
+    from eventlog.testing import NOT_STARTED, NS, done, fan_out, make_record  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    batching = FanOutInternalSaveBatching(flush_every=16)
+    logs = [CheckpointLog.open(url, batching=batching) for _ in range(2)]
+    first, second = logs
+    try:
+        first.save("job", make_record("job", fan_outs=[fan_out("f", [NOT_STARTED] * 64)]))
+        first.save_instance("job", "f", 0, done("warm"), namespace=NS)
+        first.flush()
+        backend = first.log.backend
+        conn = backend._writer()  # type: ignore[attr-defined]
+        statements: list[str] = []
+        execute = conn.execute
+
+        def spy(query: Any, *args: Any, **kw: Any) -> Any:
+            statements.append(str(query))
+            return execute(query, *args, **kw)
+
+        conn.execute = spy
+        for i in range(1, 33):
+            first.save_instance("job", "f", i, done(f"r{i}"), namespace=NS)
+        first.flush()
+        fanout_writes = [s for s in statements if '."fanout"' in s and "INSERT" in s]
+        assert fanout_writes
+        assert not [s for s in fanout_writes if "ON CONFLICT" in s], fanout_writes
+        assert backend.stale == 0  # type: ignore[attr-defined]
+        # Saved again by this process (it knows the rows): upserted.
+        for i in range(1, 5):
+            first.save_instance("job", "f", i, done(f"again {i}"), namespace=NS)
+        first.flush()
+        # Saved again by another process, which never saw those rows (after a write of its
+        # own, so that it knows the log's end and assumes the rows are new).
+        second.save_instance("job", "f", 40, done("r40"), namespace=NS)
+        second.flush()
+        assert second.log.backend.stale == 0  # type: ignore[attr-defined]
+        for i in range(5, 9):
+            second.save_instance("job", "f", i, done(f"other {i}"), namespace=NS)
+        second.flush()
+        assert second.log.backend.stale >= 1  # type: ignore[attr-defined]
+        head = CheckpointLog.open(url, readonly=True)
+        try:
+            (fan,) = head.load("job").fan_out_progress  # type: ignore[union-attr]
+            assert fan.instances[1] == done("again 1")
+            assert fan.instances[4] == done("again 4")
+            assert fan.instances[5] == done("other 5")
+            assert fan.instances[8] == done("other 8")
+            assert fan.instances[9] == done("r9")
+            assert fan.instances[32] == done("r32")
+            assert fan.instances[33] == NOT_STARTED
+            assert fan.instances[40] == done("r40")
+            report = head.verify()
+            assert report.ok, str(report)
+        finally:
+            head.close()
+    finally:
+        for cl in logs:
+            cl.close()
