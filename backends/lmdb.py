@@ -34,6 +34,10 @@ Invariants:
 - A new log's ``data.mdb`` is built under a temporary name in the directory and hard-linked
   into place whole (see :func:`_create_data_file`): a failed or concurrent creation never
   leaves a truncated data file.
+- Every name a log relies on is durable before the open returns: each directory created is
+  fsynced into its parent, and the log directory is fsynced after ``data.mdb`` is linked
+  (:mod:`backends.dirsync`); a writable ``"fsync"`` open of an existing log fsyncs the
+  directory and its parent too, since the process that created it may not have yet.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from backends.base import (
     current_pid,
     prefix_end,
 )
+from backends.dirsync import make_dirs, sync_directory
 from eventlog.errors import (
     CheckpointError,
     DamagedLog,
@@ -537,20 +542,15 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
             if c.name != LOCK_FILE and not c.name.startswith(CREATING_PREFIX)
         )
         if foreign == [DATA_FILE]:
-            return  # another process created the log since the caller looked: use theirs
+            sync_names(p)  # another process created the log since the caller looked: use
+            return  # theirs, once its name is durable (it may not have synced it yet)
         if foreign:
             raise NotALog(
                 f"{str(p)!r} is a non-empty directory without {DATA_FILE}, so not a ckptlog "
                 "log; pass a new path or an existing log"
             )
     else:
-        try:
-            p.mkdir(parents=True)
-            made = True
-        except FileExistsError:
-            pass  # another process is creating it too
-        except OSError as e:
-            raise StorageError(f"creating the log directory {str(p)!r}: {e}") from e
+        made = make_dirs(p)  # each new directory fsynced into its parent
     tmp = p / f"{CREATING_PREFIX}{os.getpid()}.{secrets.token_hex(6)}"
     try:
         try:
@@ -575,6 +575,8 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
             pass  # another process created the log first: this open uses theirs
         except OSError as e:
             raise StorageError(f"creating {str(p / DATA_FILE)!r}: {e}") from e
+        _remove_quietly(tmp)
+        sync_names(p)  # data.mdb's name (and the temporary one's removal) now durable
     except BaseException:
         _remove_quietly(tmp)
         if made:
@@ -583,6 +585,12 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
         raise
     finally:
         _remove_quietly(tmp)
+
+
+def sync_names(p: Path) -> None:
+    """Make the log directory's names durable: its entries, and its own entry in its parent."""
+    sync_directory(p)
+    sync_directory(p.parent)
 
 
 def _remove_quietly(path: Path) -> None:
@@ -843,6 +851,8 @@ class LmdbBackend(Backend):
             )
         if not readonly and not (p / DATA_FILE).exists():
             _create_data_file(p, self._tables, max(map_size_initial, 1 << 20))
+        elif not readonly and self.durability == "fsync":
+            sync_names(p)  # its creator may still be between its link and its fsync
         self._path = os.path.realpath(p)
         with _REGISTRY_LOCK:
             env = _REGISTRY.get(self._path)
