@@ -81,7 +81,7 @@ class PowerLossFS:
     flag_nullpath_ok = True
 
     def __init__(self, names: str = "posix") -> None:
-        self.lock = threading.Lock()
+        self.mutex = threading.Lock()  # (not "lock": fusepy would take it for the lock op)
         self.names = names
         self._ino = 1
         self.root = Node(1, True, stat.S_IFDIR | 0o755)
@@ -95,7 +95,7 @@ class PowerLossFS:
         fn = getattr(self, op, None)
         if fn is None:
             raise _err(errno.ENOSYS)
-        with self.lock:
+        with self.mutex:
             return fn(*args)
 
     # -- helpers ------------------------------------------------------------------------
@@ -377,7 +377,7 @@ class PowerLossFS:
 
     def command(self, line: str) -> dict[str, Any]:
         cmd = json.loads(line)
-        with self.lock:
+        with self.mutex:
             if cmd["op"] == "cut":
                 return self.cut(int(cmd["seed"]), bool(cmd["torn"]))
             if cmd["op"] == "names":
