@@ -176,6 +176,7 @@ class _Env:
         self.pin: Any = None
         self.pin_id = -1
         self.pin_generation = 0
+        self.seg_base_page = 0  # the data file's last page at this process's last checkpoint
         self.durability = durability
         self.readonly = readonly
         self.map_size_max = map_max
@@ -574,6 +575,8 @@ def _commit_with_segment(
                 ops is not None
                 and env.seg_last == tid - 1
                 and env.seg_last - header.checkpoint < lmdb_wal.RECORDS_MAX
+                and (env.env.info()["last_pgno"] - env.seg_base_page) * lmdb_wal.PAGE_BYTES
+                < lmdb_wal.GROWTH_MAX_BYTES
             ):
                 rec = lmdb_wal.record_bytes(header.generation, tid, ops)
                 if env.seg_tail + len(rec) <= lmdb_wal.SEGMENT_BYTES:
@@ -596,6 +599,7 @@ def _commit_with_segment(
         assert env.lock_fd is not None
         env.seg_header = lmdb_wal.write_checkpoint(fd, env.lock_fd, header, tid)
         env.seg_tail, env.seg_last = env.seg_header.records_at, tid
+        env.seg_base_page = env.env.info()["last_pgno"]
         env.repin(env.seg_header.generation)
     except OSError as e:
         with suppress(lmdb.Error):

@@ -49,11 +49,13 @@ from eventlog.errors import StorageError
 
 SEGMENT_FILE = "wal.ckptlog"
 SEGMENT_BYTES = 512 << 10  # preallocated (zero-filled, synced) at creation; records recycle it
-RECORDS_MAX = 256  # records between checkpoints: bounds the pages the pin keeps from reuse
+RECORDS_MAX = 16  # records between checkpoints: bounds the pages the pin keeps from reuse
+GROWTH_MAX_BYTES = 512 << 10  # and so does this bound on the data file's growth since one
 SLOT_MAGIC = b"CKWH"
 RECORD_MAGIC = b"CKWR"
 VERSION = 1
 SLOTS = (0, 2048)
+PAGE_BYTES = 4096  # LMDB's page size on the platforms ckptlog runs on (read back from the file)
 META_COPY = 4096  # slot i's two meta pages at META_COPY + i * 2 * page size
 _SLOT = struct.Struct("<4sIQQII")  # magic, version, generation, checkpoint txn, psize, crc
 _REC = struct.Struct("<4sQQII")  # magic, generation, txn id, body length, body crc
