@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import sqlite3
 import tempfile
@@ -33,11 +34,13 @@ from typing import Any, TypedDict
 
 import lmdb
 
+from benchmarks import durable_report
 from benchmarks.common import environment, fmt_float, median, print_table, write_json
 from eventlog import CheckpointRecord, NodePosition
 from eventlog.checkpoints import Checkpointer, CheckpointLog
 
-RESULTS = Path(__file__).resolve().parent / "results" / "durable_commit.json"
+RESULTS = durable_report.RESULTS
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 SIZES = (200, 4096)
 
 
@@ -216,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--saves", type=int, default=None)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--before",
+        default=None,
+        help="the JSON of a run of this benchmark on earlier code, shown beside this run's",
+    )
+    ap.add_argument("--doc", action="store_true", help="write the section of docs/benchmarks.md")
     args = ap.parse_args(argv)
     n = args.saves or (30 if args.quick else 300)
     repeats = args.repeats or (1 if args.quick else 5)
@@ -265,19 +274,22 @@ def main(argv: list[str] | None = None) -> int:
         [[k, fmt_float(v, 2)] for k, v in ratios.items()],
         title="\nratios (same rounds)",
     )
-    write_json(
-        args.out,
-        {
-            "benchmark": "durable_commit",
-            "quick": bool(args.quick),
-            "saves_per_row": n,
-            "repeats": repeats,
-            "medians": med,
-            "samples": samples,
-            "ratios": ratios,
-            "environment": env,
-        },
-    )
+    payload: dict[str, Any] = {
+        "benchmark": "durable_commit",
+        "quick": bool(args.quick),
+        "saves_per_row": n,
+        "repeats": repeats,
+        "medians": med,
+        "samples": samples,
+        "ratios": ratios,
+        "environment": env,
+    }
+    if args.before:
+        before = json.loads(Path(args.before).read_text(encoding="utf-8"))
+        payload["before"] = {k: before[k] for k in ("medians", "ratios", "environment")}
+    write_json(args.out, payload)
+    if args.doc:
+        durable_report.replace_section(DOC, durable_report.section(payload))
     return 0
 
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backends.dirsync import sync_directory
 from eventlog.checkpoints import CheckpointLog
 from soak import kills
 from soak.common import Child, Tally
@@ -134,6 +135,9 @@ def _one_cut(
     except Exception as e:  # noqa: BLE001 - a check that cannot run is a failure to report
         tally.fail(f"{model}/{kind}: the log could not be checked after a cut: "
                    f"{type(e).__name__}: {e}")  # fmt: skip
+    # The check removes a compaction's DEST and hidden builds: make that durable, or the next
+    # cut brings them back and the next compaction refuses its DEST (a harness artefact).
+    sync_directory(log.path.parent)
 
 
 def _check_compacted(model: str, log: kills._Log, new: list[dict[str, Any]], tally: Tally) -> None:
