@@ -59,6 +59,7 @@ bench-smoke: $(STAMP_DEV)
 	$(PY) -m benchmarks.forensics --quick --out $(SMOKE_OUT)/forensics.json
 	$(PY) -m benchmarks.openarmature_fanout --quick --out $(SMOKE_OUT)/openarmature_fanout.json
 	$(PY) -m benchmarks.pg_compare --quick --out $(SMOKE_OUT)/pg_compare.json
+	$(PY) -m benchmarks.durable_commit --quick --out $(SMOKE_OUT)/durable_commit.json
 
 bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks run --doc
@@ -70,6 +71,7 @@ bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.forensics
 	$(PY) -m benchmarks.openarmature_fanout --sizes 1000
 	$(PY) -m benchmarks.pg_compare --doc  # the PostgreSQL section of docs/benchmarks.md
+	$(PY) -m benchmarks.durable_commit  # issue 28: docs/benchmarks.md, "One device flush"
 
 # The reliability campaign (docs/reliability.md): seeded kills, faults, damage, bad input.
 # Short by default (a few minutes); `make soak SOAK_ARGS=--long` runs >= 1,000 kills.

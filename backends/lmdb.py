@@ -34,6 +34,10 @@ Invariants:
 - A new log's ``data.mdb`` is built under a temporary name in the directory and hard-linked
   into place whole (see :func:`_create_data_file`): a failed or concurrent creation never
   leaves a truncated data file.
+- Every name a log relies on is durable before the open returns: each directory created is
+  fsynced into its parent, and the log directory is fsynced after ``data.mdb`` is linked
+  (:mod:`backends.dirsync`); a writable ``"fsync"`` open of an existing log fsyncs the
+  directory and its parent too, since the process that created it may not have yet.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from typing import Any, NoReturn
 
 import lmdb
 
-from backends import lmdb_meta
+from backends import lmdb_meta, lmdb_wal
 from backends.base import (
     Backend,
     Durability,
@@ -66,6 +70,7 @@ from backends.base import (
     current_pid,
     prefix_end,
 )
+from backends.dirsync import make_dirs, sync_directory
 from eventlog.errors import (
     CheckpointError,
     DamagedLog,
@@ -153,9 +158,25 @@ class _Env:
     """One process's handle on one LMDB environment, shared by every backend on that path."""
 
     def __init__(
-        self, path: str, durability: Durability, readonly: bool, map_size: int, map_max: int
+        self,
+        path: str,
+        durability: Durability,
+        readonly: bool,
+        map_size: int,
+        map_max: int,
+        seg_fd: int | None = None,
     ) -> None:
         self.path = path
+        # The write-ahead segment (backends/lmdb_wal.py): its descriptor (holding a shared
+        # flock while this handle is open), the header and record tail last seen, and the pin.
+        self.seg_fd = seg_fd
+        self.seg_header: lmdb_wal.Header | None = None
+        self.seg_tail = 0
+        self.seg_last = 0
+        self.pin: Any = None
+        self.pin_id = -1
+        self.pin_generation = 0
+        self.seg_base_page = 0  # the data file's last page at this process's last checkpoint
         self.durability = durability
         self.readonly = readonly
         self.map_size_max = map_max
@@ -189,7 +210,7 @@ class _Env:
                     subdir=True,
                     readonly=self.readonly,
                     create=not self.readonly,
-                    sync=self.durability == "fsync",
+                    sync=False,  # durability comes from the segment (or is "process")
                     metasync=True,
                     max_dbs=MAX_DBS,
                     max_readers=MAX_READERS,
@@ -289,8 +310,46 @@ class _Env:
             return True
 
     def close(self) -> None:
+        if self.seg_fd is not None and not self.readonly and self.durability == "fsync":
+            with suppress(CheckpointError, OSError, lmdb.Error):
+                self.checkpoint_now()  # the next open then has nothing to re-apply
+        self.drop_pin()
         self.env.close()
         self.drop_lock()
+        fd, self.seg_fd = self.seg_fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def drop_pin(self) -> None:
+        pin, self.pin, self.pin_id = self.pin, None, -1
+        if pin is not None:
+            pin.abort()
+
+    def repin(self, generation: int) -> None:
+        """Pin the current snapshot (the caller holds the writers' lock, and that snapshot is
+        the checkpoint of header ``generation``)."""
+        self.drop_pin()
+        self.pin = self.env.begin(write=False)
+        self.pin_id = self.pin.id()
+        self.pin_generation = generation
+
+    def checkpoint_now(self) -> None:
+        """Sync LMDB and record the checkpoint, when records follow the last one."""
+        fd = self.seg_fd
+        if fd is None or self.lock_fd is None:
+            return
+        with self.write_lock:
+            self.lock_writers()
+            try:
+                header = lmdb_wal.read_header(fd)
+                if header is not None and not lmdb_wal.read_records(fd, header):
+                    return
+                self.env.sync(True)
+                txn_id = self.env.info()["last_txnid"]
+                self.seg_header = lmdb_wal.write_checkpoint(fd, self.lock_fd, header, txn_id)
+                self.seg_tail, self.seg_last = self.seg_header.records_at, txn_id
+            finally:
+                self.unlock_writers()
 
     def drop_lock(self) -> None:
         """Close this handle's lock descriptor (in a forked child: the parent's lock lives on)."""
@@ -301,6 +360,18 @@ class _Env:
     def after_fork(self, tables: Iterable[str]) -> None:
         """Called in a forked child: abandon (never close) the inherited env and open anew."""
         _ABANDONED.append((self.path, self.env))
+        if self.pin is not None:  # never aborted here: that would clear the parent's reader slot
+            _ABANDONED.append((self.path, self.pin))
+        self.pin, self.pin_id, self.seg_header = None, -1, None
+        if self.seg_fd is not None:  # the parent's description keeps its own shared lock
+            os.close(self.seg_fd)
+            self.seg_fd = (
+                _open_segment_readonly(self.path)
+                if self.readonly
+                else lmdb_wal.open_segment(self.path)
+            )
+            if self.seg_fd is not None:
+                lmdb_wal.share(self.seg_fd)
         tables = [*self.dbs, *tables]  # every table any backend sharing this env declared
         self.write_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -350,6 +421,7 @@ class _Env:
                 while self._active > 0:
                     self._cond.wait()
                 self.map_size = min(self.map_size * 2, self.map_size_max)
+                self.drop_pin()  # the next commit checkpoints and pins again
                 self.env.set_mapsize(self.map_size)
             finally:
                 self._resizing = False
@@ -363,6 +435,7 @@ class _Env:
             try:
                 while self._active > 0:
                     self._cond.wait()
+                self.drop_pin()
                 self.env.set_mapsize(0)
                 self.map_size = self.env.info()["map_size"]
             finally:
@@ -378,12 +451,13 @@ class _WriteScope:
     raises :class:`RetryableWrite`, as does one that found the map resized by another process.
     """
 
-    __slots__ = ("env", "path", "txn")
+    __slots__ = ("env", "ops", "path", "txn")
 
     def __init__(self, path: str, env: _Env) -> None:
         self.path = path
         self.env = env
         self.txn: Any = None
+        self.ops: list[tuple[str, bytes, bytes | None]] | None = None
 
     def __enter__(self) -> WriteTxn:
         env = self.env
@@ -413,6 +487,11 @@ class _WriteScope:
             env.write_lock.release()
             env.adopt_resize()
             raise RetryableWrite(f"{self.path!r}: another process grew the map; retry")
+        if env.seg_fd is not None and env.durability == "fsync":
+            logged = _LmdbLoggedWrite(self.txn, env.dbs, env.max_key)
+            self.ops = logged.ops
+            return logged
+        self.ops = None
         return _LmdbWrite(self.txn, env.dbs, env.max_key)
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -421,7 +500,10 @@ class _WriteScope:
         try:
             if exc is None:
                 try:
-                    txn.commit()
+                    if env.seg_fd is None:
+                        txn.commit()
+                    else:
+                        _commit_with_segment(env, txn, self.path, self.ops)
                     return
                 except lmdb.MapFullError as e:
                     txn.abort()
@@ -451,6 +533,95 @@ class _WriteScope:
             f"{self.path!r}: the log reached map_size_max={env.map_size_max} bytes; "
             "open it with a larger map_size_max, or compact it"
         ) from full
+
+
+def _commit_with_segment(
+    env: _Env, txn: Any, path: str, ops: list[tuple[str, bytes, bytes | None]] | None
+) -> None:
+    """Commit ``txn`` (under the writers' lock) by the segment's rules (backends/lmdb_wal.py):
+    a redo record appended and fdatasynced, then LMDB committed without sync; or, when a
+    record may not be used, a checkpoint (LMDB committed and synced, the header rewritten)."""
+    fd = env.seg_fd
+    assert fd is not None
+    tid: int = txn.id()
+    try:
+        header = lmdb_wal.read_header(fd)
+        if header != env.seg_header or header is None:
+            env.seg_header = header
+            env.seg_tail = 0 if header is None else header.records_at
+            env.seg_last = 0 if header is None else header.checkpoint
+        if header is not None:
+            while True:  # past the records other processes appended since
+                end = lmdb_wal.next_record_end(
+                    fd, env.seg_tail, header.generation, env.seg_last + 1
+                )
+                if end is None:
+                    break
+                env.seg_tail, env.seg_last = end, env.seg_last + 1
+        if header is not None and 0 <= env.pin_id < header.checkpoint:
+            # Another process checkpointed since this one pinned. An older pin is still safe
+            # but keeps every page freed since from reuse: move it to the new checkpoint when
+            # nothing was committed after it, or checkpoint here when it lags two behind.
+            if tid - 1 == header.checkpoint:
+                env.repin(header.generation)
+            elif header.generation - env.pin_generation >= 2:
+                env.drop_pin()
+        pinned = header is not None and 0 <= env.pin_id <= header.checkpoint
+        if pinned and header is not None:
+            if ops is not None and not ops:
+                txn.commit()  # nothing written: LMDB makes no new transaction of it
+                return
+            if (
+                ops is not None
+                and env.seg_last == tid - 1
+                and env.seg_last - header.checkpoint < lmdb_wal.RECORDS_MAX
+                and (env.env.info()["last_pgno"] - env.seg_base_page) * lmdb_wal.PAGE_BYTES
+                < lmdb_wal.GROWTH_MAX_BYTES
+            ):
+                rec = lmdb_wal.record_bytes(header.generation, tid, ops)
+                if env.seg_tail + len(rec) <= lmdb_wal.SEGMENT_BYTES:
+                    at = env.seg_tail
+                    os.pwrite(fd, rec, at)
+                    os.fdatasync(fd)  # the one device flush of a durable commit
+                    try:
+                        txn.commit()
+                    except BaseException:
+                        _unwrite(fd, at)
+                        raise
+                    env.seg_tail, env.seg_last = at + len(rec), tid
+                    return
+            elif ops is None and env.seg_last == header.checkpoint:
+                txn.commit()  # "process": nothing to re-apply depends on this commit
+                return
+        # A checkpoint: this commit synced by LMDB, then recorded as the segment's base.
+        txn.commit()
+        env.env.sync(True)
+        assert env.lock_fd is not None
+        env.seg_header = lmdb_wal.write_checkpoint(fd, env.lock_fd, header, tid)
+        env.seg_tail, env.seg_last = env.seg_header.records_at, tid
+        env.seg_base_page = env.env.info()["last_pgno"]
+        env.repin(env.seg_header.generation)
+    except OSError as e:
+        with suppress(lmdb.Error):
+            txn.abort()
+        raise _os_error(e, f"writing {path!r}", path) from e
+
+
+def _unwrite(fd: int, at: int) -> None:
+    """Erase a record whose transaction did not commit (best effort, synced)."""
+    with suppress(OSError):
+        os.pwrite(fd, bytes(32), at)
+        os.fdatasync(fd)
+
+
+def _os_error(e: OSError, where: str, path: str) -> CheckpointError:
+    if e.errno == errno.ENOSPC:
+        return StorageError(errno.ENOSPC, f"{where}: {_DISK_FULL} ({e}). {_FREE_SPACE}")
+    return StorageError(
+        e.errno or errno.EIO,
+        f"{where}: the write-ahead segment could not be written ({e}): nothing of this write "
+        "was committed. Check the device (dmesg, SMART) before writing again",
+    )
 
 
 class _Active:
@@ -505,6 +676,90 @@ def check_data_file(path: str, *, writable: bool) -> None:
         raise DamagedLog(why, kind="truncated")
 
 
+def _prepare_segment(path: str, durability: Durability, readonly: bool) -> int | None:
+    """The write-ahead segment's descriptor, holding its shared ``flock`` (``None``: the log
+    has none yet; a writable ``"fsync"`` open creates it once the log is known to be ours,
+    :func:`_attach_segment`). The first process to open the log (no other holds the flock)
+    recovers from it first."""
+    fd = lmdb_wal.open_segment(path) if not readonly else _open_segment_readonly(path)
+    if fd is None:
+        return None
+    try:
+        if readonly:
+            lmdb_wal.share(fd)
+            return fd
+        lock_fd = _open_lock(path)
+        try:
+            _flock(lock_fd, _LOCK_EX)
+            if lmdb_wal.try_exclusive(fd):
+                _recover(path, fd, lock_fd)
+            lmdb_wal.share(fd)
+        finally:
+            os.close(lock_fd)  # (closing drops the writers' flock)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _attach_segment(env: _Env) -> None:
+    """Give a writable ``"fsync"`` handle on a log without a segment a new one (its first
+    commit is then a checkpoint)."""
+    lmdb_wal.create_segment(env.path)
+    fd = lmdb_wal.open_segment(env.path)
+    if fd is not None:
+        lmdb_wal.share(fd)
+    env.seg_fd = fd
+
+
+def _open_segment_readonly(path: str) -> int | None:
+    try:
+        return os.open(os.path.join(path, lmdb_wal.SEGMENT_FILE), os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, PermissionError):
+        return None  # (a copy without its segment, or one we may not read: LMDB's state as is)
+
+
+def _recover(path: str, fd: int, lock_fd: int) -> None:
+    """First open after the last process closed, was killed or lost power: when records follow
+    the checkpoint, open the checkpoint's snapshot and re-apply them in order, then
+    checkpoint (backends/lmdb_wal.py). Runs under the writers' lock, before LMDB maps the
+    file in this process."""
+    header = lmdb_wal.read_header(fd)
+    if header is None:
+        return
+    records = lmdb_wal.read_records(fd, header)
+    if not records:
+        return
+    lmdb_wal.restore_metas(fd, os.path.join(path, DATA_FILE), header)
+    try:
+        env = lmdb.open(path, subdir=True, sync=False, max_dbs=MAX_DBS, lock=True,
+                        max_readers=MAX_READERS, map_size=MAP_SIZE_INITIAL)  # fmt: skip
+    except lmdb.Error as e:
+        raise _translate(e, f"recovering {path!r}", path) from e
+    try:
+        last = header.checkpoint
+        dbs: dict[str, Any] = {}
+        for rec in records:
+            while True:
+                try:
+                    with env.begin(write=True) as txn:
+                        if txn.id() != rec.txn_id:
+                            break
+                        lmdb_wal.apply_ops(txn, dbs, env, rec.ops)
+                    break
+                except lmdb.MapFullError:
+                    env.set_mapsize(env.info()["map_size"] * 2)
+            if env.info()["last_txnid"] != rec.txn_id:
+                break  # (a mismatch: the records after it are not this snapshot's)
+            last = rec.txn_id
+        env.sync(True)
+        lmdb_wal.write_checkpoint(fd, lock_fd, header, last)
+    except lmdb.Error as e:
+        raise _translate(e, f"recovering {path!r}", path) from e
+    finally:
+        env.close()
+
+
 def _identity(path: str) -> tuple[int, int]:
     st = os.stat(os.path.join(path, DATA_FILE))
     return st.st_dev, st.st_ino
@@ -534,23 +789,19 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
         foreign = sorted(
             c.name
             for c in p.iterdir()
-            if c.name != LOCK_FILE and not c.name.startswith(CREATING_PREFIX)
+            if c.name != LOCK_FILE
+            and not c.name.startswith((CREATING_PREFIX, lmdb_wal.SEGMENT_FILE))
         )
         if foreign == [DATA_FILE]:
-            return  # another process created the log since the caller looked: use theirs
+            sync_names(p)  # another process created the log since the caller looked: use
+            return  # theirs, once its name is durable (it may not have synced it yet)
         if foreign:
             raise NotALog(
                 f"{str(p)!r} is a non-empty directory without {DATA_FILE}, so not a ckptlog "
                 "log; pass a new path or an existing log"
             )
     else:
-        try:
-            p.mkdir(parents=True)
-            made = True
-        except FileExistsError:
-            pass  # another process is creating it too
-        except OSError as e:
-            raise StorageError(f"creating the log directory {str(p)!r}: {e}") from e
+        made = make_dirs(p)  # each new directory fsynced into its parent
     tmp = p / f"{CREATING_PREFIX}{os.getpid()}.{secrets.token_hex(6)}"
     try:
         try:
@@ -575,6 +826,8 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
             pass  # another process created the log first: this open uses theirs
         except OSError as e:
             raise StorageError(f"creating {str(p / DATA_FILE)!r}: {e}") from e
+        _remove_quietly(tmp)
+        sync_names(p)  # data.mdb's name (and the temporary one's removal) now durable
     except BaseException:
         _remove_quietly(tmp)
         if made:
@@ -583,6 +836,12 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
         raise
     finally:
         _remove_quietly(tmp)
+
+
+def sync_names(p: Path) -> None:
+    """Make the log directory's names durable: its entries, and its own entry in its parent."""
+    sync_directory(p)
+    sync_directory(p.parent)
 
 
 def _remove_quietly(path: Path) -> None:
@@ -830,6 +1089,37 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
 _CURSOR_FROM = 4  # put_many of more pairs than this goes through one cursor's putmulti
 
 
+class _LmdbLoggedWrite(_LmdbWrite):
+    """A write transaction that also lists its puts and deletes, in order: the redo record
+    of a durable commit (backends/lmdb_wal.py). Values are copied by ``bytes`` already."""
+
+    def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
+        super().__init__(txn, dbs, max_key)
+        self.ops: list[tuple[str, bytes, bytes | None]] = []
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        super().put(table, key, value)
+        self.ops.append((table, key, bytes(value)))
+
+    def delete(self, table: str, key: bytes) -> bool:
+        deleted = super().delete(table, key)
+        if deleted:
+            self.ops.append((table, key, None))
+        return deleted
+
+    def append(self, table: str, key: bytes, value: bytes) -> None:
+        super().append(table, key, value)
+        self.ops.append((table, key, bytes(value)))
+
+    def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        super().put_many(table, pairs)
+        self.ops += [(table, k, bytes(v)) for k, v in pairs]
+
+    def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        super().append_many(table, pairs)
+        self.ops += [(table, k, bytes(v)) for k, v in pairs]
+
+
 class LmdbBackend(Backend):
     """Named tables in one LMDB environment (a directory holding ``data.mdb``)."""
 
@@ -860,6 +1150,8 @@ class LmdbBackend(Backend):
             )
         if not readonly and not (p / DATA_FILE).exists():
             _create_data_file(p, self._tables, max(map_size_initial, 1 << 20))
+        elif not readonly and self.durability == "fsync":
+            sync_names(p)  # its creator may still be between its link and its fsync
         self._path = os.path.realpath(p)
         with _REGISTRY_LOCK:
             env = _REGISTRY.get(self._path)
@@ -869,16 +1161,25 @@ class LmdbBackend(Backend):
                 # (replaced: the directory was deleted and created again while this process
                 # held the old one open; the old handle stays with its backends, which refuse
                 # to write, and this path gets a handle on the new files.)
-                check_data_file(self._path, writable=not readonly)
-                env = _Env(
-                    self._path,
-                    self.durability,
-                    readonly,
-                    max(map_size_initial, 1 << 20),
-                    map_size_max,
-                )
+                seg_fd = _prepare_segment(self._path, self.durability, readonly)
+                try:
+                    check_data_file(self._path, writable=not readonly)
+                    env = _Env(
+                        self._path,
+                        self.durability,
+                        readonly,
+                        max(map_size_initial, 1 << 20),
+                        map_size_max,
+                        seg_fd,
+                    )
+                except BaseException:
+                    if seg_fd is not None:
+                        os.close(seg_fd)
+                    raise
                 try:
                     env.check_marker(marker_table, self._tables)
+                    if env.seg_fd is None and not readonly and self.durability == "fsync":
+                        _attach_segment(env)
                 except BaseException:
                     env.close()
                     raise

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO_ROOT, print_table
+from benchmarks.durable_report import stored_section as durable_stored_section
 from benchmarks.pg_report import RESULTS as PG_RESULTS
 from benchmarks.pg_report import stored_section
 from benchmarks.report_runs import LIMITS_KEY, update_sections
@@ -870,6 +871,12 @@ def _langgraph_read_section() -> str | None:
     return lg_read()
 
 
+def _durable_section() -> str:
+    """``benchmarks.durable_commit``'s section (issue 28), from its stored JSON, if any."""
+    text = durable_stored_section()
+    return "" if text is None else "\n" + text
+
+
 def write_doc(
     payload: dict[str, Any], doc: Path, *, json_path: Path | str, pg_json: Path | None = PG_RESULTS
 ) -> Path:
@@ -902,7 +909,8 @@ def write_doc(
             pg_section=stored_section(pg_json) if pg_json is not None else None,
             lg_read_section=_langgraph_read_section() if pg_json is not None else None,
             extra_sections=run_sections(payload, str(shown), plots_dir, published=None),
-        ),
+        )
+        + _durable_section(),
         encoding="utf-8",
     )
     tmp.replace(doc)

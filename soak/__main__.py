@@ -1,8 +1,9 @@
 """``python -m soak [--seed N] [--long] [--out docs/reliability.md]``: the reliability campaign.
 
 Runs, seeded: kills of real writer processes, faults injected at the backend seam and on a
-real full disk, asyncio cancellation, readers under load, damage to copies of ``data.mdb``
-and bad input to every public entry point; prints the tallies and writes the report. Exits 1
+real full disk, asyncio cancellation, readers under load, damage to copies of ``data.mdb``,
+bad input to every public entry point and power cuts on the FUSE simulator
+(``soak/powerfs.py``); prints the tallies and writes the report. Exits 1
 when anything failed (a lost save, a crash, a hang, an untyped error, ...).
 """
 
@@ -15,12 +16,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from soak import badinput, damage, faults, kills, report
+from soak import badinput, damage, faults, kills, powercut, report
 from soak.common import Tally
 
-SMOKE = {"kills": 7, "flips": 40, "truncations": 10, "bad_inputs": 60, "faults": 1}
-SHORT = {"kills": 24, "flips": 150, "truncations": 30, "bad_inputs": 300, "faults": 1}
-LONG = {"kills": 1000, "flips": 3000, "truncations": 500, "bad_inputs": 3000, "faults": 5}
+SMOKE = {"kills": 7, "flips": 40, "truncations": 10, "bad_inputs": 60, "faults": 1, "cuts": 2}
+SHORT = {"kills": 24, "flips": 150, "truncations": 30, "bad_inputs": 300, "faults": 1, "cuts": 40}
+LONG = {
+    "kills": 1000, "flips": 3000, "truncations": 500, "bad_inputs": 3000, "faults": 5,
+    "cuts": 500,
+}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,14 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write the report here (markdown)")
     ap.add_argument(
         "--only",
-        default="kills,faults,cancel,readers,damage,badinput",
+        default="kills,faults,cancel,readers,damage,badinput,powercut",
         help="comma-separated sections to run",
     )
     ap.add_argument("--kills", type=int, default=None, help="override the number of kills")
+    ap.add_argument("--cuts", type=int, default=None, help="override the number of power cuts")
     args = ap.parse_args(argv)
     scale = dict(LONG if args.long else SMOKE if args.smoke else SHORT)
     if args.kills is not None:
         scale["kills"] = args.kills
+    if args.cuts is not None:
+        scale["cuts"] = args.cuts
     only = set(args.only.split(","))
     tallies: dict[str, Tally] = {}
     started = time.monotonic()
@@ -54,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 lambda t: damage.run(args.seed, scale["flips"], scale["truncations"], work, t),
             ),
             ("badinput", lambda t: badinput.run(args.seed, scale["bad_inputs"], work, t)),
+            ("powercut", lambda t: powercut.run(args.seed, scale["cuts"], work, t)),
         ]
         for name, fn in sections:
             if name not in only:

@@ -58,6 +58,16 @@ def render(seed: int, scale: str, seconds: float, tallies: dict[str, Tally]) -> 
          f"flips {c('damage', 'txnid:cases')}, reported {c('damage', 'txnid:reported')}, "
          f"undetected rollbacks {c('damage', 'txnid:undetected')}, harmless "
          f"{c('damage', 'txnid:harmless')}"),
+        ("Power cuts (FUSE simulator, issue 28)",
+         f"cuts {c('powercut', 'cuts'):,} ({by('powercut', 'cuts:')}), acknowledged saves "
+         f"checked {c('powercut', 'acked'):,}, lost {c('powercut', 'lost')}, unsynced writes "
+         f"dropped {c('powercut', 'unsynced_writes_dropped'):,} (kept "
+         f"{c('powercut', 'unsynced_writes_kept'):,}, torn {c('powercut', 'torn_writes'):,}), "
+         f"names undone {c('powercut', 'names_undone'):,}, buffered runs checked whole "
+         f"{c('powercut', 'runs_checked'):,}, half-applied {c('powercut', 'half_applied')}, "
+         f"compacts returned before a cut {c('powercut', 'compact:returned_before_cut')} (DEST "
+         f"whole after it {c('powercut', 'compact:dest_whole_after_cut')}), failures "
+         f"{c('powercut', 'failures')}"),
         ("Bad input (hypothesis)",
          f"bad inputs {c('badinput', 'bad_inputs'):,}, typed errors {c('badinput', 'typed'):,}, "
          f"accepted {c('badinput', 'accepted'):,}, untyped errors {c('badinput', 'untyped')}"),
@@ -105,6 +115,15 @@ def render(seed: int, scale: str, seconds: float, tallies: dict[str, Tally]) -> 
         "A flip of bit 1 can leave a consistent pair (newest t becomes t-2, or the older t-1 "
         "becomes t+1) and roll back one transaction unseen: at most 2 of the 128 flips, "
         "depending on t; see the README's Guarantees.",
+        "- **Power cuts**: the same writers as the kills, on the project's power-loss "
+        "simulator (`soak/powerfs.py`, a FUSE file system that keeps every write in memory "
+        "until its file is fsynced and every name until its directory is fsynced), are "
+        "SIGKILLed at a seeded moment and the power is cut: everything unsynced is dropped "
+        "(*whole*), or a random subset of each file's unsynced writes is kept with one torn at "
+        "a 512-byte sector (*torn*). Half the cuts run with POSIX name semantics (a name is "
+        "durable after an fsync of its directory), half with ext4/XFS-like ordered metadata "
+        "(any fsync commits every name). Then the checks of the kills, and a `compact` that "
+        "returned before the cut must have its DEST, whole.",
         "- **Bad input**: wrong types, sizes and encodings from hypothesis to `save`, "
         "`save_instance`, the fan-out saves, every read method, the async `Checkpointer`, the "
         "techrevati, apflow and LangGraph savers and the `ckptlog` command line. Anything "

@@ -533,7 +533,9 @@ def test_damaged_frame_verify_names_it_others_read_around_it(log_copy: Path, how
 def test_truncated_file_verify_names_it_others_say_unreadable(log_copy: Path) -> None:
     data = log_copy / "data.mdb"
     size = data.stat().st_size
-    os.truncate(data, size // 2)
+    # To a quarter: the pages a write-ahead checkpoint kept from reuse lie past the live
+    # ones, so half the file can still hold every page these reads need (issue 28).
+    os.truncate(data, size // 4)
     verify = ckptlog("verify", str(log_copy))
     assert verify.returncode == EXIT_PROBLEMS, verify.stdout + verify.stderr
     # Whether the log still opens (read from a zero-filled copy) or not, verify names the cut.
@@ -549,7 +551,7 @@ def test_truncated_file_verify_names_it_others_say_unreadable(log_copy: Path) ->
         assert proc.returncode in (EXIT_PROBLEMS, EXIT_UNREADABLE), (args, proc.stderr)
         assert re.search(r"damaged|truncated|unreadable", proc.stderr), (args, proc.stderr)
         assert "ckptlog: error: " in proc.stderr or "ckptlog: unreadable: " in proc.stderr
-    assert data.stat().st_size == size // 2  # reading never changes the file
+    assert data.stat().st_size == size // 4  # reading never changes the file
 
 
 @pytest.mark.parametrize("pages", [2, 8, 24])

@@ -135,7 +135,7 @@ def test_creation_failing_midway_leaves_a_creatable_path(
         assert log.append("s", Event(name="after")) is not None
         assert log.verify().ok
     assert sorted(p.name for p in tmp_path.iterdir()) == ["beside.txt", "log"]
-    assert sorted(p.name for p in path.iterdir()) == ["data.mdb", "lock.mdb"]
+    assert sorted(p.name for p in path.iterdir()) == ["data.mdb", "lock.mdb", "wal.ckptlog"]
 
 
 def test_leftovers_of_a_killed_creator_do_not_block_the_path(tmp_path: Path) -> None:

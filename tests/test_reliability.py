@@ -84,7 +84,7 @@ for readonly in (True, False):
 """
 
 
-@pytest.mark.parametrize("percent", [25, 50, 75, 95])
+@pytest.mark.parametrize("percent", [25, 50, 75, 85])
 def test_truncated_data_file_raises_damaged_log_not_sigbus(tmp_path: Path, percent: int) -> None:
     path = tmp_path / "log"
     with CheckpointLog.open(path) as log:  # enough pages that the cut lands among used ones

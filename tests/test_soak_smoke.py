@@ -20,7 +20,8 @@ def test_soak_smoke_runs_every_section_and_finds_nothing(tmp_path: Path) -> None
     text = out.read_text()
     assert "- failures: 0" in text
     for row in ("| Kills", "| Faults", "| Asyncio cancellation", "| Readers under load",
-                "| Damage", "| Meta-page txnid flips", "| Bad input"):  # fmt: skip
+                "| Damage", "| Meta-page txnid flips", "| Bad input",
+                "| Power cuts"):  # fmt: skip
         assert row in text, row
     assert ", lost 0," in text
     assert "crashes 0, hangs 0, untyped 0" in text

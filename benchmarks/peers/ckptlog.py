@@ -43,7 +43,11 @@ from eventlog.records import (
 BUILD_WINDOW = 1024  # concurrent saves in flight while building a history (group commit)
 
 DURABILITY = {
-    "fsync": Durability("fsync", "LMDB sync=True: every commit is fsynced before save returns"),
+    "fsync": Durability(
+        "fsync",
+        "a redo record fdatasynced in wal.ckptlog before save returns (LMDB committed "
+        "without sync)",
+    ),
     "process": Durability(
         "process",
         "LMDB sync=False: committed to the OS page cache before save returns; survives a "

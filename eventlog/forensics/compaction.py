@@ -13,6 +13,7 @@ from typing import Any, Final
 import msgspec
 
 from backends.base import WriteTxn
+from backends.dirsync import sync_directory
 from eventlog import views
 from eventlog.codec import ZERO_CHECKSUM, Compressor, Serializer, seal
 from eventlog.errors import (
@@ -398,7 +399,8 @@ def compact(
     whole. Each kept invocation starts with a snapshot of its first kept save that names the
     original seq and checksum it stands for; the saves after it keep their stored bytes.
     Heads are re-materialized, so ``load``/``list``/``verify`` work on the new log at once.
-    The source is only read; DEST appears whole (built under a hidden name, then renamed).
+    The source is only read; DEST appears whole (built under a hidden name, then renamed),
+    and its name is durable (its directory fsynced) before this returns.
     """
     pol = policy(keep, last_n, since)
     path = check_dest(dest, cl.log.backend.location)
@@ -428,6 +430,7 @@ def compact(
             out.close()
         check_dest(dest, cl.log.backend.location)  # still absent or empty
         os.replace(building, path)  # (an empty directory is replaced)
+        sync_directory(path.parent)  # DEST's name durable before compact returns
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise

@@ -1,0 +1,248 @@
+"""The write-ahead segment of an LMDB log: one device flush per durable commit (issue 28).
+
+A durable (``"fsync"``) commit appends its write transaction's puts and deletes as one redo
+record to ``wal.ckptlog`` beside ``data.mdb`` and makes it durable with one ``fdatasync``; the
+LMDB transaction is then committed without any sync. Every so often (the segment is full, a
+transaction is too large for it, a process writes for the first time, a log closes) a
+*checkpoint* commits with LMDB's own sync and records, in the segment's header, the synced
+transaction id and a copy of the data file's two meta pages; the record area is then reused.
+
+Layout (little-endian): two header slots at 0 and 2048 (each: magic, version, generation,
+checkpoint txn id, page size, meta-copy offset, CRC32 of the slot); the meta copies of slot
+``i`` at ``META_COPY + i * 2 * page size``; records from ``RECORDS``: a 32-byte header (magic,
+generation, txn id, body length, body CRC32, header CRC32) then the body (msgpack list of
+``[table, key, value]``, ``value`` None for a delete). The slot with the larger valid generation
+is current; a record belongs to the log only if it carries the current generation, its txn id
+is the previous one's plus one (the checkpoint's for the first) and both CRCs hold.
+
+Invariants that make a commit without LMDB's sync safe:
+- A process commits without sync only while it holds a *pin* (an open read transaction) whose
+  snapshot is at or before the segment's checkpoint. LMDB never reuses a page freed after the
+  oldest reader's snapshot, so no page of the checkpoint's snapshot is overwritten while any
+  unsynced commit is made: after a power cut that snapshot is whole on disk, whatever happened
+  to the pages and meta pages written since.
+- A record is appended (and fdatasynced) before its transaction commits, and only when its txn
+  id directly follows the last record's (or the checkpoint's): otherwise (another process
+  committed without a record, or the pin is too new) the commit is a checkpoint. So the records
+  past the checkpoint are exactly the transactions committed since it, in order.
+- Recovery runs in the first process to open the log (no other process holds the segment's
+  shared ``flock``): when records of the current generation follow the checkpoint, it writes
+  the saved meta pages back (the checkpoint's snapshot is what LMDB then opens), re-applies the
+  records in order, stopping at the first torn or mismatched one, and checkpoints. A process
+  kill leaves the page cache intact and recovery then only re-applies what is already there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import struct
+import zlib
+from typing import Any
+
+import msgspec
+
+from backends.dirsync import sync_directory
+from eventlog.errors import StorageError
+
+SEGMENT_FILE = "wal.ckptlog"
+SEGMENT_BYTES = 512 << 10  # preallocated (zero-filled, synced) at creation; records recycle it
+RECORDS_MAX = 16  # records between checkpoints: bounds the pages the pin keeps from reuse
+GROWTH_MAX_BYTES = 512 << 10  # and so does this bound on the data file's growth since one
+SLOT_MAGIC = b"CKWH"
+RECORD_MAGIC = b"CKWR"
+VERSION = 1
+SLOTS = (0, 2048)
+PAGE_BYTES = 4096  # LMDB's page size on the platforms ckptlog runs on (read back from the file)
+META_COPY = 4096  # slot i's two meta pages at META_COPY + i * 2 * page size
+_SLOT = struct.Struct("<4sIQQII")  # magic, version, generation, checkpoint txn, psize, crc
+_REC = struct.Struct("<4sQQII")  # magic, generation, txn id, body length, body crc
+_REC_BYTES = _REC.size + 4  # + the header's own crc
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(list[tuple[str, bytes, bytes | None]]).decode
+
+
+class Header(msgspec.Struct, frozen=True):
+    generation: int
+    checkpoint: int  # the LMDB txn id the data file holds durably
+    page_bytes: int
+    slot: int
+
+    @property
+    def records_at(self) -> int:
+        return META_COPY + 4 * self.page_bytes  # after both slots' meta copies
+
+
+class Record(msgspec.Struct, frozen=True):
+    txn_id: int
+    ops: list[tuple[str, bytes, bytes | None]]
+    end: int  # offset after the record
+
+
+def _slot_bytes(generation: int, checkpoint: int, page_bytes: int) -> bytes:
+    head = _SLOT.pack(SLOT_MAGIC, VERSION, generation, checkpoint, page_bytes, 0)[:-4]
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
+def read_header(fd: int) -> Header | None:
+    """The current header slot, or ``None`` when neither is valid (a new, unused segment)."""
+    raw = os.pread(fd, 2048 + _SLOT.size, 0)
+    best: Header | None = None
+    for i, off in enumerate(SLOTS):
+        chunk = raw[off : off + _SLOT.size]
+        if len(chunk) < _SLOT.size:
+            continue
+        magic, version, gen, ckpt, psize, crc = _SLOT.unpack(chunk)
+        if magic != SLOT_MAGIC or version != VERSION or zlib.crc32(chunk[:-4]) != crc:
+            continue
+        if best is None or gen > best.generation:
+            best = Header(gen, ckpt, psize, i)
+    return best
+
+
+def record_bytes(generation: int, txn_id: int, ops: list[tuple[str, bytes, bytes | None]]) -> bytes:
+    body = _encode(ops)
+    head = _REC.pack(RECORD_MAGIC, generation, txn_id, len(body), zlib.crc32(body))
+    return head + struct.pack("<I", zlib.crc32(head)) + body
+
+
+def next_record_end(fd: int, at: int, generation: int, txn_id: int) -> int | None:
+    """Where the record at ``at`` ends, if one of ``generation`` with ``txn_id`` starts there
+    (its header checked, not its body: the tail scan of a live log, whose records were each
+    written whole before their commit)."""
+    raw = os.pread(fd, _REC_BYTES, at)
+    if len(raw) < _REC_BYTES:
+        return None
+    magic, gen, tid, length, _ = _REC.unpack_from(raw)
+    if magic != RECORD_MAGIC or gen != generation or tid != txn_id:
+        return None
+    if zlib.crc32(raw[: _REC.size]) != struct.unpack_from("<I", raw, _REC.size)[0]:
+        return None
+    return at + _REC_BYTES + int(length)
+
+
+def read_records(fd: int, header: Header) -> list[Record]:
+    """The records that follow the checkpoint, in order, up to the first torn or foreign one."""
+    out: list[Record] = []
+    at = header.records_at
+    expect = header.checkpoint + 1
+    size = os.fstat(fd).st_size
+    while at + _REC_BYTES <= size:
+        raw = os.pread(fd, _REC_BYTES, at)
+        magic, gen, tid, length, crc = _REC.unpack_from(raw)
+        if (
+            magic != RECORD_MAGIC
+            or gen != header.generation
+            or tid != expect
+            or zlib.crc32(raw[: _REC.size]) != struct.unpack_from("<I", raw, _REC.size)[0]
+            or at + _REC_BYTES + length > size
+        ):
+            break
+        body = os.pread(fd, length, at + _REC_BYTES)
+        if len(body) != length or zlib.crc32(body) != crc:
+            break
+        try:
+            ops = _decode(body)
+        except msgspec.DecodeError:
+            break
+        at += _REC_BYTES + length
+        out.append(Record(tid, ops, at))
+        expect += 1
+    return out
+
+
+def create_segment(directory: str) -> None:
+    """Create ``wal.ckptlog`` zero-filled (so appends change no file metadata), synced, and
+    its name durable; a no-op when it exists."""
+    path = os.path.join(directory, SEGMENT_FILE)
+    if os.path.exists(path):
+        return
+    tmp = path + f".creating.{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            zeros = bytes(1 << 16)
+            for off in range(0, SEGMENT_BYTES, len(zeros)):
+                os.pwrite(fd, zeros, off)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):  # a concurrent creator's wins
+            os.link(tmp, path)  # whole or absent
+    except OSError as e:
+        raise StorageError(
+            e.errno or errno.EIO,
+            f"creating the write-ahead segment {path!r} ({SEGMENT_BYTES:,} bytes): "
+            + (
+                "the disk is full. Free space on the disk holding the log, then retry: "
+                "the log is intact"
+                if e.errno == errno.ENOSPC
+                else f"{e}; check the disk and retry"
+            ),
+        ) from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    sync_directory(directory)
+
+
+def open_segment(directory: str) -> int | None:
+    try:
+        return os.open(os.path.join(directory, SEGMENT_FILE), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+
+
+def write_checkpoint(fd: int, data_fd: int, header: Header | None, txn_id: int) -> Header:
+    """Record that the data file holds ``txn_id`` durably (the caller has synced it, and holds
+    the writers' lock): copy its meta pages, then the header slot, then fdatasync."""
+    meta = os.pread(data_fd, 2 * 4096, 0)
+    psize = struct.unpack_from("<I", meta, 40)[0] or 4096
+    if psize != 4096:
+        meta = os.pread(data_fd, 2 * psize, 0)
+    gen = 1 if header is None else header.generation + 1
+    slot = 0 if header is None else 1 - header.slot
+    os.pwrite(fd, meta, META_COPY + slot * 2 * psize)
+    os.pwrite(fd, _slot_bytes(gen, txn_id, psize), SLOTS[slot])
+    os.fdatasync(fd)
+    return Header(gen, txn_id, psize, slot)
+
+
+def restore_metas(fd: int, data_path: str, header: Header) -> None:
+    """Write the checkpoint's meta pages back into the data file and sync it."""
+    psize = header.page_bytes
+    meta = os.pread(fd, 2 * psize, META_COPY + header.slot * 2 * psize)
+    dfd = os.open(data_path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.pwrite(dfd, meta, 0)
+        os.fdatasync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def try_exclusive(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def share(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_SH)
+
+
+def apply_ops(
+    txn: Any, dbs: dict[str, Any], env: Any, ops: list[tuple[str, bytes, bytes | None]]
+) -> None:
+    """Re-apply one record's operations inside the write transaction ``txn``."""
+    for table, key, value in ops:
+        db = dbs.get(table)
+        if db is None:
+            db = dbs[table] = env.open_db(table.encode(), txn=txn, create=True)
+        if value is None:
+            txn.delete(key, db=db)
+        else:
+            txn.put(key, value, db=db)

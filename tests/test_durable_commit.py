@@ -1,0 +1,185 @@
+"""One device flush per durable commit (issue 28), seen with strace; the segment's recovery.
+
+A durable save appends a redo record to ``wal.ckptlog`` and fdatasyncs it, then commits LMDB
+without sync (``backends/lmdb_wal.py``): exactly one ``fdatasync``/``fsync`` per save that is
+not a checkpoint (one in 16 at most: two flushes) and no write through an ``O_DSYNC``
+descriptor. Recovery is proven on the power-loss simulator
+(``tests/test_power_loss.py``); here: a log whose process was killed re-applies its records
+at the next open, a torn record ends the replay, and a log of the previous format (no
+segment) opens and gets one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backends import lmdb_wal
+from eventlog import CheckpointRecord, NodePosition
+from eventlog.checkpoints import CheckpointLog
+
+ROOT = Path(__file__).resolve().parent.parent
+SAVES = 60
+
+CHILD = """
+import os, sys, time
+from eventlog import CheckpointRecord, NodePosition
+from eventlog.checkpoints import CheckpointLog
+
+def rec(i, size):
+    return CheckpointRecord("inv", "c", {"i": i, "pad": "x" * size},
+                            (NodePosition((), "n", i),), (), 1.0 + i)
+
+size = int(sys.argv[3])
+with CheckpointLog.open(sys.argv[1]) as log:
+    log.save("inv", rec(0, size))  # the first commit of a process is a checkpoint
+    os.access("/ckptlog-strace-start", os.F_OK)
+    for i in range(1, int(sys.argv[2]) + 1):
+        log.save("inv", rec(i, size))
+    os.access("/ckptlog-strace-stop", os.F_OK)
+"""
+
+
+def rec(i: int) -> CheckpointRecord:
+    return CheckpointRecord(
+        "inv", "c", {"i": i}, (NodePosition((), "n", i),), (), 1.0 + i
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("state_bytes", [200, 4096])
+def test_a_durable_save_makes_one_device_flush_and_no_dsync_write(
+    tmp_path: Path, state_bytes: int
+) -> None:
+    if shutil.which("strace") is None:
+        pytest.fail("this test needs strace (Debian: strace)")
+    trace = tmp_path / "trace"
+    subprocess.run(
+        ["strace", "-f", "-o", str(trace), "-e",
+         "trace=openat,fsync,fdatasync,pwrite64,pwritev,write,writev,faccessat,faccessat2,"
+         "access,close",
+         sys.executable, "-c", CHILD, str(tmp_path / "log"), str(SAVES), str(state_bytes)],
+        check=True, cwd=ROOT, capture_output=True,
+    )  # fmt: skip
+    lines = trace.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "ckptlog-strace-start" in line)
+    stop = next(i for i, line in enumerate(lines) if "ckptlog-strace-stop" in line)
+    dsync_fds: set[tuple[str, str]] = set()  # (pid, fd) open with O_DSYNC or O_SYNC now
+    dsync_writes: list[str] = []
+    for i, line in enumerate(lines[:stop]):
+        opened = re.match(r"(\d+)\s+openat\(.*\)\s+=\s+(\d+)", line)
+        closed = re.match(r"(\d+)\s+close\((\d+)\)", line)
+        wrote = re.match(r"(\d+)\s+(pwrite64|pwritev|write|writev)\((\d+),", line)
+        if opened:
+            key = (opened.group(1), opened.group(2))
+            if re.search(r"O_(D)?SYNC", line):
+                dsync_fds.add(key)
+            else:
+                dsync_fds.discard(key)
+        elif closed:
+            dsync_fds.discard((closed.group(1), closed.group(2)))
+        elif wrote and i > start and (wrote.group(1), wrote.group(3)) in dsync_fds:
+            dsync_writes.append(line)
+    phase = lines[start:stop]
+    flushes = [line for line in phase if re.search(r"\b(fsync|fdatasync)\(", line)]
+    # A checkpoint (LMDB synced, then the segment's header) every RECORDS_MAX commits or
+    # GROWTH_MAX_BYTES of new pages takes the place of a record: two flushes instead of one.
+    checkpoints = [line for line in phase if re.search(r'pwrite64\(\d+, "CKWH', line)]
+    assert len(flushes) == SAVES + len(checkpoints), flushes[:5]
+    assert len(checkpoints) <= SAVES // 8
+    assert dsync_writes == []
+
+
+def test_records_of_a_killed_process_are_there_at_the_next_open(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    code = (
+        "import os, sys\n"
+        "from eventlog import CheckpointRecord, NodePosition\n"
+        "from eventlog.checkpoints import CheckpointLog\n"
+        "log = CheckpointLog.open(sys.argv[1])\n"
+        "for i in range(40):\n"
+        "    log.save('inv', CheckpointRecord('inv', 'c', {'i': i}, "
+        "(NodePosition((), 'n', i),), (), 1.0 + i))\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], cwd=ROOT, check=False)
+    assert proc.returncode == -9
+    fd = os.open(path / lmdb_wal.SEGMENT_FILE, os.O_RDONLY)
+    try:
+        header = lmdb_wal.read_header(fd)
+        assert header is not None
+        assert lmdb_wal.read_records(fd, header)  # saves since the last checkpoint, to re-apply
+    finally:
+        os.close(fd)
+    with CheckpointLog.open(path) as log:
+        assert log.verify().ok
+        loaded = log.load("inv")
+        assert loaded is not None
+        assert loaded.state == {"i": 39}
+        assert len(list(log.history("inv"))) == 40
+
+
+def test_replay_stops_at_a_torn_record(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    with CheckpointLog.open(path) as log:
+        log.save("inv", rec(0))
+    fd = os.open(path / lmdb_wal.SEGMENT_FILE, os.O_RDWR)
+    try:
+        header = lmdb_wal.read_header(fd)
+        assert header is not None
+        ops: list[tuple[str, bytes, bytes | None]] = [("meta", b"zz-test", b"1")]
+        good = lmdb_wal.record_bytes(header.generation, header.checkpoint + 1, ops)
+        torn = lmdb_wal.record_bytes(header.generation, header.checkpoint + 2, ops)
+        os.pwrite(fd, good + torn[:-1] + b"\xff", header.records_at)
+        got = lmdb_wal.read_records(fd, header)
+        assert [r.txn_id for r in got] == [header.checkpoint + 1]
+    finally:
+        os.close(fd)
+
+
+def test_a_log_of_the_previous_format_opens_and_gets_a_segment(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    with CheckpointLog.open(path) as log:
+        for i in range(5):
+            log.save("inv", rec(i))
+    (path / lmdb_wal.SEGMENT_FILE).unlink()  # what today's format has: data.mdb, lock.mdb
+    with CheckpointLog.open(path) as log:
+        assert log.verify().ok
+        log.save("inv", rec(5))
+        log.save("inv", rec(6))
+    assert (path / lmdb_wal.SEGMENT_FILE).exists()
+    with CheckpointLog.open(path) as log:
+        assert len(list(log.history("inv"))) == 7
+
+
+def test_several_writer_processes_share_the_segment(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    code = (
+        "import sys\n"
+        "from eventlog import CheckpointRecord, NodePosition\n"
+        "from eventlog.checkpoints import CheckpointLog\n"
+        "w = sys.argv[2]\n"
+        "with CheckpointLog.open(sys.argv[1]) as log:\n"
+        "    for i in range(150):\n"
+        "        log.save('inv-' + w, CheckpointRecord('inv-' + w, 'c', {'i': i}, "
+        "(NodePosition((), 'n', i),), (), 1.0 + i))\n"
+    )
+    with CheckpointLog.open(path) as log:
+        log.save("inv", rec(0))
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(path), str(w)], cwd=ROOT)
+        for w in range(3)
+    ]
+    assert [p.wait(120) for p in procs] == [0, 0, 0]
+    assert time.monotonic() - started < 120
+    with CheckpointLog.open(path) as log:
+        assert log.verify().ok
+        for w in range(3):
+            assert len(list(log.history(f"inv-{w}"))) == 150
