@@ -32,9 +32,11 @@ demo: $(STAMP_RUN)
 	$(PY) -m eventlog.demo --path demo-data/fanout.ckpt
 
 test: $(STAMP_DEV)
+	.ci/system-packages
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP_DEV)  # everything but the tests marked slow (over a few seconds each)
+	.ci/system-packages
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP_DEV)
