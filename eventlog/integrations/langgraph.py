@@ -80,11 +80,13 @@ from eventlog.integrations.langgraph_store import (
     ViewFrame,
     WritesFrame,
     checkpoint_rows,
+    kept_chain,
     latest_checkpoint,
     materialize,
     parse_stream_key,
     plan_blob,
     read_checkpoint_row,
+    read_latest,
     run_prefix,
     split_run_key,
     stream_id,
@@ -113,7 +115,9 @@ class _Read:
     key: tuple[str, str, int]
     cid: str
     row: CkptRow
-    frame: LgCheckpoint
+    checkpoint_type: str
+    checkpoint: bytes
+    versions: Mapping[str, str | int | float]
     chains: list[tuple[str, Chain]]
     writes: list[tuple[str, LgWrite]]
 
@@ -316,7 +320,7 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
             blobs=(),
             saved_at=time.time(),
         )
-        op = PutFrame(thread_key(tid, ns), head, pending, serde)
+        op = PutFrame(thread_key(tid, ns), head, pending, serde, self.log)
         return stream, op, _config(tid, ns, checkpoint["id"])
 
     def _remember(self, stream: str, op: PutFrame, done: Appended | None) -> None:
@@ -544,7 +548,7 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
         target, tkey = stream_key(thread_id, checkpoint_ns), thread_key(thread_id, checkpoint_ns)
         stream_key_bytes(target, self.log.backend.max_key_bytes)
         ops: list[tuple[str, ViewFrame]] = [
-            (target, CopiedFrame(tkey, by_seq[s], s, seqs)) for s in plan.keep
+            (target, CopiedFrame(tkey, by_seq[s], s, seqs, self.log)) for s in plan.keep
         ]
         if plan.remove_ids:
             ops.append((target, RemoveFrame(tkey, plan.remove_ids, reason)))
@@ -610,14 +614,17 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
             chain = reader.chain(channel, version)
             if chain is not None:
                 chains.append((channel, chain))
-        return _Read(key, cid, row, frame, chains, self._writes(reader, cid))
+        return _Read(
+            key, cid, row, frame.checkpoint_type, frame.checkpoint, frame.versions, chains,
+            self._writes(reader, cid),
+        )  # fmt: skip
 
     def _build(self, read: _Read, serde: SerializerProtocol) -> CheckpointTuple:
         """The tuple, decoded outside the transaction (so ``list`` holds raw bytes only)."""
         tid, ns, sid = read.key
-        frame, row, loads = read.frame, read.row, serde.loads_typed
-        body = loads((frame.checkpoint_type, frame.checkpoint))
-        body["channel_versions"] = dict(frame.versions)
+        row, loads = read.row, serde.loads_typed
+        body = loads((read.checkpoint_type, read.checkpoint))
+        body["channel_versions"] = dict(read.versions)
         values = {ch: materialize(sid, chain, loads, self._patches) for ch, chain in read.chains}
         checkpoint: Checkpoint = {**body, "channel_values": values}  # type: ignore[typeddict-item]
         return CheckpointTuple(
@@ -672,6 +679,10 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
         tid, ns, cid = _ids(config, "get_tuple")
         serde = self.serde
         with self.log.backend.read() as txn:
+            if cid is None:
+                fast = self._read_latest(txn, tid, ns)
+                if fast is not None:
+                    return self._build(fast, serde)
             sid = stream_id(txn, tid, ns)
             if sid is None:
                 return None
@@ -687,6 +698,25 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
                 row = found
             read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
         return self._build(read, serde)
+
+    def _read_latest(self, txn: ReadTxn, tid: str, ns: str) -> _Read | None:
+        """The newest checkpoint from its ``lg_latest`` rows (one read, no frame decoded when
+        its writes are kept too); ``None`` when the stream has none (then the other tables)."""
+        got = read_latest(txn, thread_key(tid, ns))
+        if got is None:
+            return None
+        lr, lw = got
+        if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
+            writes = sorted(lw.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2].idx))
+            pending = [(task, w) for task, _, w in writes]
+        else:
+            pending = self._writes(self._reader(txn, lr.sid, self.serde), lr.checkpoint_id)
+        return _Read(
+            (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
+            lr.versions,
+            [(ch, kept_chain(lr.sid, c, self._patches)) for ch, c in lr.values if c],
+            pending,
+        )  # fmt: skip
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
