@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
 import eventlog.integrations.langgraph_store as store
+from backends import postgres
 from eventlog import views
 from eventlog.integrations.langgraph import CkptlogSaver
 
@@ -165,6 +166,22 @@ def test_get_tuple_latest_decodes_no_frame_on_postgres(
     with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as s:
         check_no_frame(s, monkeypatch, kind)
         assert s.verify().ok
+        statements: list[str] = []
+        real_q, real_enter = postgres._PgRead._q, postgres._ReadScope.__enter__
+
+        def q(self: Any, query: str, params: Any = ()) -> Any:
+            statements.append(query)
+            return real_q(self, query, params)
+
+        def enter(self: Any) -> Any:
+            statements.append("BEGIN")
+            return real_enter(self)
+
+        monkeypatch.setattr(postgres._PgRead, "_q", q)
+        monkeypatch.setattr(postgres._ReadScope, "__enter__", enter)
+        tup = CkptlogSaver(s.log).get_tuple(conf(kind))
+        assert tup is not None
+        assert len(statements) == 1, f"get_tuple latest: one round trip, not {statements}"
 
 
 @pytest.mark.parametrize("kind", sorted(STATES))

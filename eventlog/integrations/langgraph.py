@@ -73,6 +73,8 @@ from eventlog.integrations.langgraph_store import (
     BlobReader,
     Chain,
     CopiedFrame,
+    LatestRow,
+    LatestWrites,
     Memos,
     Patches,
     PutFrame,
@@ -678,6 +680,15 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
         """The checkpoint named by ``checkpoint_id`` (else the newest one) of the namespace."""
         tid, ns, cid = _ids(config, "get_tuple")
         serde = self.serde
+        if cid is None:  # its rows alone, in one statement (one round trip on PostgreSQL)
+            got = read_latest(self.log.backend, thread_key(tid, ns))
+            if (
+                got is not None
+                and got[1] is not None
+                and got[1].checkpoint_id == got[0].checkpoint_id
+            ):
+                read = self._latest_read(tid, ns, got[0], self._kept_writes(got[1]))
+                return self._build(read, serde)
         with self.log.backend.read() as txn:
             if cid is None:
                 fast = self._read_latest(txn, tid, ns)
@@ -707,10 +718,18 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
             return None
         lr, lw = got
         if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
-            writes = sorted(lw.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2].idx))
-            pending = [(task, w) for task, _, w in writes]
-        else:
-            pending = self._writes(self._reader(txn, lr.sid, self.serde), lr.checkpoint_id)
+            return self._latest_read(tid, ns, lr, self._kept_writes(lw))
+        reader = self._reader(txn, lr.sid, self.serde)
+        return self._latest_read(tid, ns, lr, self._writes(reader, lr.checkpoint_id))
+
+    @staticmethod
+    def _kept_writes(lw: LatestWrites) -> list[tuple[str, LgWrite]]:
+        writes = sorted(lw.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2].idx))
+        return [(task, w) for task, _, w in writes]
+
+    def _latest_read(
+        self, tid: str, ns: str, lr: LatestRow, pending: list[tuple[str, LgWrite]]
+    ) -> _Read:
         return _Read(
             (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
             lr.versions,

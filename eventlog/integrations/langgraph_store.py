@@ -61,7 +61,7 @@ from typing import Any, Final, Protocol
 import msgspec
 import zstandard
 
-from backends.base import ReadTxn, WriteTxn
+from backends.base import Backend, ReadTxn, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import (
     BLOB_APPEND,
@@ -223,10 +223,17 @@ def latest_writes_key(tkey: bytes) -> bytes:
     return b"w" + tkey
 
 
-def read_latest(txn: ReadTxn, tkey: bytes) -> tuple[LatestRow, LatestWrites | None] | None:
-    """The ``lg_latest`` rows of a stream (one round trip), ``None`` when its row is absent."""
+def read_latest(
+    txn: ReadTxn | Backend, tkey: bytes
+) -> tuple[LatestRow, LatestWrites | None] | None:
+    """The ``lg_latest`` rows of a stream (one round trip; given a backend, in a transaction of
+    their own), ``None`` when its row is absent."""
+    keys = [latest_key(tkey), latest_writes_key(tkey)]
     try:
-        raw, raw_w = txn.get_many(LATEST, [latest_key(tkey), latest_writes_key(tkey)])
+        if isinstance(txn, Backend):
+            raw, raw_w = txn.get_many_now(LATEST, keys)
+        else:
+            raw, raw_w = txn.get_many(LATEST, keys)
     except CheckpointError:  # a log opened read-only that never had the table
         return None
     if raw is None:
