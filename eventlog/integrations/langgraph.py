@@ -31,6 +31,8 @@ Invariants:
 - A delta blob's base is checked inside the write transaction against the blob index; when the
   base is gone (deleted thread, re-put version), the value is stored in full instead.
 - Reads run in one read transaction each; ``pending_writes`` come in ``writes_sort_key`` order.
+  ``get_tuple`` latest reads the stream's ``lg_latest`` rows in one statement (no frame, one
+  round trip on PostgreSQL) and falls back to that transaction when they are absent.
 """
 
 from __future__ import annotations
