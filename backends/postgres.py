@@ -1384,6 +1384,18 @@ class PostgresBackend(Backend):
         self._check()
         return _ReadScope(self)
 
+    def get_many_now(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        """One statement on an idle reader (autocommit: the statement is its transaction)."""
+        self._check()
+        conn = self._reader()
+        try:
+            rows = _PgRead(conn, self).get_many(table, keys)
+        except BaseException:
+            conn.close()
+            raise
+        self._give_back(conn)
+        return rows
+
     def write(self, before_lock: Callable[[WriteTxn], None] | None = None) -> _WriteScope:
         self._check()
         if self.readonly:

@@ -448,26 +448,24 @@ def markdown(lmdb: dict[str, Any] | None, pg: dict[str, Any] | None) -> str:
 
 LG_READ_NOTES = """\
 What the figures show: ckptlog's chains no longer grow with the thread (before keyframes a
-`get_tuple` at 500 steps decoded ~240 frames, 1.7-4.1 ms at 2,000 steps: issue #27), and
-`get_tuple` latest and `list(limit=20)` keep their latency from 100 to 100,000 steps. Two rows
-are not flat, for a reason other than chains: `get_tuple(checkpoint_id)` of the 64 KiB state
-is served at 100 steps from the bytes the saver keeps (the whole thread's keyframes fit in its
-32 MiB), and from 1,000 steps on by the cold path (the keyframe's 64 KiB frame and a patch),
-which is flat from 1,000 to 100,000 steps (124, 183, 179 µs); the full `list` per item grows
-for SqliteSaver as for ckptlog (memory and the machine's load: 10 to 13 on 2 cores during
-this run). What remains is a constant factor against SQLite's single-row reads: a ckptlog
-`get_tuple` decodes a checksummed, compressed frame and looks up each channel's blob and the
-writes in their index tables (about 10 LMDB reads through Python), where SqliteSaver reads one
-row and unpickles one value; on PostgreSQL each of those reads is a round trip (about eight
-for `get_tuple` latest: the issue's one-round-trip target is not met), and the PostgreSQL
-figures mostly show the shared server's load (PostgresSaver's own `get_tuple` ranged from 1.4
-to 38 ms across lengths in this run; LangGraph's async savers and ours were measured in the
-same rounds). The async
-rows are ahead because the async SQLite and PostgreSQL savers pay their driver's own event
-loop hop. The design that would close the gap (not built): a materialized latest value per
-`(stream, channel)` and write rows carrying their values, so that `get_tuple` latest reads
-rows only (one combined row, one round trip, on PostgreSQL); `docs/design.md` ("LangGraph
-reads")."""
+`get_tuple` at 500 steps decoded ~240 frames, 1.7-4.1 ms at 2,000 steps: issue #27).
+`get_tuple` latest reads one row pair (`lg_latest`: the newest checkpoint with its channel
+chains and its writes, kept by the put's transaction; no frame decoded) and is ahead of
+SqliteSaver at every length, both states, and flat from 100 to 100,000 steps; on PostgreSQL it
+is one statement (one round trip). `list(limit=20)` is flat but behind. Not flat:
+`get_tuple(checkpoint_id)` of the 64 KiB state, served at 100 steps from the bytes the saver
+keeps (the thread's keyframes fit in its 32 MiB) and from 1,000 steps on by the cold path (the
+keyframe's 64 KiB frame, checksummed and decompressed, and a patch), flat from 1,000 to 100,000
+steps; and the full `list` per item, which varies for SqliteSaver as for ckptlog (memory and
+the machine's load). What remains behind (by id, `list`) is a constant factor against SQLite's
+single-row reads: a ckptlog read by id decodes a checksummed, compressed frame and looks up
+each channel's blob and the writes in their index tables (about 8 LMDB reads through Python),
+where SqliteSaver reads one row and decodes one value; on PostgreSQL each of those reads is a
+round trip. What would close it (not built): checkpoint rows that carry the body and versions
+and the blob seqs of their channels, and a frame decode cheaper than checksum + zstd +
+msgpack per read; for the 64 KiB cold path, keyframes kept decompressed. The async rows are
+ahead because the async SQLite and PostgreSQL savers pay their driver's own event loop hop.
+`docs/design.md` ("LangGraph reads")."""
 
 
 def stored_section(lmdb: Path = RESULTS, pg: Path = RESULTS_PG) -> str | None:
@@ -498,7 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--states", default=",".join(STATES))
     ap.add_argument("--pg", action="store_true", help="PostgreSQL: ours vs PostgresSaver")
     ap.add_argument("--pg-max", type=int, default=10_000, help="longest PostgreSQL thread")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--out", type=Path, help="JSON path (default: results/langgraph_read[_pg].json)"
+    )
     ap.add_argument("--dir", help="where the stores are built (a temporary directory in it)")
     ap.add_argument("--doc", action="store_true", help="rewrite its section of benchmarks.md")
     args = ap.parse_args(argv)
@@ -547,8 +547,9 @@ def main(argv: list[str] | None = None) -> int:
         durability="reads only (built with process / synchronous=OFF)", data_dir=str(root)
     )
     env["langgraph_packages"] = lg_versions()
+    out = args.out or (RESULTS_PG if args.pg else RESULTS)
     write_json(
-        args.out,
+        out,
         {
             "benchmark": "langgraph_read",
             "quick": args.quick,
@@ -560,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             "targets": {"ratio": TARGET_RATIO, "flat": TARGET_FLAT},
         },
     )
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     if args.doc:
         section = stored_section()
         if section is not None:

@@ -31,6 +31,8 @@ Invariants:
 - A delta blob's base is checked inside the write transaction against the blob index; when the
   base is gone (deleted thread, re-put version), the value is stored in full instead.
 - Reads run in one read transaction each; ``pending_writes`` come in ``writes_sort_key`` order.
+  ``get_tuple`` latest reads the stream's ``lg_latest`` rows in one statement (no frame, one
+  round trip on PostgreSQL) and falls back to that transaction when they are absent.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ from eventlog.integrations.langgraph_store import (
     BlobReader,
     Chain,
     CopiedFrame,
+    LatestRow,
+    LatestWrites,
     Memos,
     Patches,
     PutFrame,
@@ -80,11 +84,13 @@ from eventlog.integrations.langgraph_store import (
     ViewFrame,
     WritesFrame,
     checkpoint_rows,
+    kept_chain,
     latest_checkpoint,
     materialize,
     parse_stream_key,
     plan_blob,
     read_checkpoint_row,
+    read_latest,
     run_prefix,
     split_run_key,
     stream_id,
@@ -113,7 +119,9 @@ class _Read:
     key: tuple[str, str, int]
     cid: str
     row: CkptRow
-    frame: LgCheckpoint
+    checkpoint_type: str
+    checkpoint: bytes
+    versions: Mapping[str, str | int | float]
     chains: list[tuple[str, Chain]]
     writes: list[tuple[str, LgWrite]]
 
@@ -316,7 +324,7 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
             blobs=(),
             saved_at=time.time(),
         )
-        op = PutFrame(thread_key(tid, ns), head, pending, serde)
+        op = PutFrame(thread_key(tid, ns), head, pending, serde, self.log)
         return stream, op, _config(tid, ns, checkpoint["id"])
 
     def _remember(self, stream: str, op: PutFrame, done: Appended | None) -> None:
@@ -544,7 +552,7 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
         target, tkey = stream_key(thread_id, checkpoint_ns), thread_key(thread_id, checkpoint_ns)
         stream_key_bytes(target, self.log.backend.max_key_bytes)
         ops: list[tuple[str, ViewFrame]] = [
-            (target, CopiedFrame(tkey, by_seq[s], s, seqs)) for s in plan.keep
+            (target, CopiedFrame(tkey, by_seq[s], s, seqs, self.log)) for s in plan.keep
         ]
         if plan.remove_ids:
             ops.append((target, RemoveFrame(tkey, plan.remove_ids, reason)))
@@ -610,14 +618,17 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
             chain = reader.chain(channel, version)
             if chain is not None:
                 chains.append((channel, chain))
-        return _Read(key, cid, row, frame, chains, self._writes(reader, cid))
+        return _Read(
+            key, cid, row, frame.checkpoint_type, frame.checkpoint, frame.versions, chains,
+            self._writes(reader, cid),
+        )  # fmt: skip
 
     def _build(self, read: _Read, serde: SerializerProtocol) -> CheckpointTuple:
         """The tuple, decoded outside the transaction (so ``list`` holds raw bytes only)."""
         tid, ns, sid = read.key
-        frame, row, loads = read.frame, read.row, serde.loads_typed
-        body = loads((frame.checkpoint_type, frame.checkpoint))
-        body["channel_versions"] = dict(frame.versions)
+        row, loads = read.row, serde.loads_typed
+        body = loads((read.checkpoint_type, read.checkpoint))
+        body["channel_versions"] = dict(read.versions)
         values = {ch: materialize(sid, chain, loads, self._patches) for ch, chain in read.chains}
         checkpoint: Checkpoint = {**body, "channel_values": values}  # type: ignore[typeddict-item]
         return CheckpointTuple(
@@ -671,7 +682,20 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
         """The checkpoint named by ``checkpoint_id`` (else the newest one) of the namespace."""
         tid, ns, cid = _ids(config, "get_tuple")
         serde = self.serde
+        if cid is None:  # its rows alone, in one statement (one round trip on PostgreSQL)
+            got = read_latest(self.log.backend, thread_key(tid, ns))
+            if (
+                got is not None
+                and got[1] is not None
+                and got[1].checkpoint_id == got[0].checkpoint_id
+            ):
+                read = self._latest_read(tid, ns, got[0], self._kept_writes(got[1]))
+                return self._build(read, serde)
         with self.log.backend.read() as txn:
+            if cid is None:
+                fast = self._read_latest(txn, tid, ns)
+                if fast is not None:
+                    return self._build(fast, serde)
             sid = stream_id(txn, tid, ns)
             if sid is None:
                 return None
@@ -687,6 +711,33 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
                 row = found
             read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
         return self._build(read, serde)
+
+    def _read_latest(self, txn: ReadTxn, tid: str, ns: str) -> _Read | None:
+        """The newest checkpoint from its ``lg_latest`` rows (one read, no frame decoded when
+        its writes are kept too); ``None`` when the stream has none (then the other tables)."""
+        got = read_latest(txn, thread_key(tid, ns))
+        if got is None:
+            return None
+        lr, lw = got
+        if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
+            return self._latest_read(tid, ns, lr, self._kept_writes(lw))
+        reader = self._reader(txn, lr.sid, self.serde)
+        return self._latest_read(tid, ns, lr, self._writes(reader, lr.checkpoint_id))
+
+    @staticmethod
+    def _kept_writes(lw: LatestWrites) -> list[tuple[str, LgWrite]]:
+        writes = sorted(lw.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2].idx))
+        return [(task, w) for task, _, w in writes]
+
+    def _latest_read(
+        self, tid: str, ns: str, lr: LatestRow, pending: list[tuple[str, LgWrite]]
+    ) -> _Read:
+        return _Read(
+            (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
+            lr.versions,
+            [(ch, kept_chain(lr.sid, c, self._patches)) for ch, c in lr.values if c],
+            pending,
+        )  # fmt: skip
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)

@@ -10,7 +10,13 @@ frames built here. Streams: one per ``(thread_id, checkpoint_ns)``, keyed
 - ``lg_blobs``: sid + ``s16(channel)`` + version key -> u64 seq of the frame holding the blob;
 - ``lg_writes``: sid + ``s16(checkpoint id)`` + ``s16(task id)`` + u32 (idx + 2**31) ->
   :class:`projections.langgraph.WriteRow`;
-- ``lg_runs``: ``s16(run_id)`` + sid + checkpoint id -> b"".
+- ``lg_runs``: ``s16(run_id)`` + sid + checkpoint id -> b"";
+- ``lg_latest``: ``b"c" + s16(thread_id) + ns`` -> :class:`LatestRow` (the newest checkpoint
+  with its channel values resolved: what ``get_tuple`` latest returns but the writes) and
+  ``b"w" + s16(thread_id) + ns`` -> :class:`LatestWrites` (the writes stored against it).
+  Both are optional: a reader falls back to the other tables when they are absent (logs
+  written before them, after a removal or a copy, after ``rebuild``); the next put writes
+  them again.
 
 Writing: :func:`plan_blob` picks, in the caller, the cheapest blob for a channel's new version
 (full, append of a list's new elements, or zstd patch) from what this process remembers of the
@@ -31,6 +37,12 @@ Invariants:
   take every delta against the channel's keyframe (a full blob) and store a new keyframe after
   ``KEYFRAME_EVERY`` deltas: chains they write are one link long (logs written before keyframes
   chained each delta onto the previous version, up to 256 links; they read unchanged).
+- ``lg_latest``, when its ``c`` row is present, is the materialization of the checkpoint with
+  the greatest id (written by the put that stores it, in the same transaction, from the
+  blobs it holds and the previous row); its ``w`` row, when present and naming the same
+  checkpoint, holds exactly that checkpoint's writes. Anything that could make them wrong
+  (a removal, a copy, a put of an older id re-storing a version they read) deletes them;
+  :func:`verify_views` checks them against the other tables.
 - Everything a read needs from a transaction is read there (frames, blob chains); no
   transaction outlives a call. Values are decoded after it (:func:`materialize`), and bytes kept
   across reads (:class:`Patches`) are keyed by stream seq, which never changes meaning.
@@ -49,7 +61,7 @@ from typing import Any, Final, Protocol
 import msgspec
 import zstandard
 
-from backends.base import ReadTxn, WriteTxn
+from backends.base import Backend, ReadTxn, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import (
     BLOB_APPEND,
@@ -59,6 +71,7 @@ from eventlog.frames import (
     LgBlob,
     LgCheckpoint,
     LgRemove,
+    LgWrite,
     LgWrites,
 )
 from eventlog.integrations import langgraph_steps
@@ -81,7 +94,8 @@ CHECKPOINTS: Final = "lg_checkpoints"
 BLOBS: Final = "lg_blobs"
 WRITES: Final = "lg_writes"
 RUNS: Final = "lg_runs"
-TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS)
+LATEST: Final = "lg_latest"
+TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS, LATEST)
 VIEW_TABLES: Final = (CHECKPOINTS, BLOBS, WRITES)  # keyed by sid first
 
 STREAM_PREFIX: Final = "lg:"
@@ -107,6 +121,30 @@ class Serde(Protocol):
 _enc = msgspec.msgpack.Encoder()
 _dec_ckpt = msgspec.msgpack.Decoder(CkptRow)
 _dec_write = msgspec.msgpack.Decoder(WriteRow)
+
+
+class LatestRow(msgspec.Struct, frozen=True, array_like=True):
+    """The newest checkpoint of a stream, ready to return: its row, body, versions and each
+    channel's resolved chain (appends then one full blob; ``()``: the channel has no value)."""
+
+    sid: int
+    checkpoint_id: str
+    row: CkptRow
+    checkpoint_type: str
+    checkpoint: bytes
+    versions: dict[str, str | int | float]
+    values: tuple[tuple[str, tuple[tuple[int, LgBlob], ...]], ...]
+
+
+class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
+    """The writes stored against ``checkpoint_id``: ``(task id, task path, write)``."""
+
+    checkpoint_id: str
+    writes: tuple[tuple[str, str, LgWrite], ...]
+
+
+_dec_latest = msgspec.msgpack.Decoder(LatestRow)
+_dec_latest_writes = msgspec.msgpack.Decoder(LatestWrites)
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -175,6 +213,38 @@ def split_write_key(key: bytes) -> tuple[str, str, int]:
     task = key[at + 2 : at + 2 + n].decode("utf-8", "surrogatepass")
     at += 2 + n
     return cid, task, U32.unpack_from(key, at)[0] - IDX_BIAS
+
+
+def latest_key(tkey: bytes) -> bytes:
+    return b"c" + tkey
+
+
+def latest_writes_key(tkey: bytes) -> bytes:
+    return b"w" + tkey
+
+
+def read_latest(
+    txn: ReadTxn | Backend, tkey: bytes
+) -> tuple[LatestRow, LatestWrites | None] | None:
+    """The ``lg_latest`` rows of a stream (one round trip; given a backend, in a transaction of
+    their own), ``None`` when its row is absent."""
+    keys = [latest_key(tkey), latest_writes_key(tkey)]
+    try:
+        if isinstance(txn, Backend):
+            raw, raw_w = txn.get_many_now(LATEST, keys)
+        else:
+            raw, raw_w = txn.get_many(LATEST, keys)
+    except CheckpointError:  # a log opened read-only that never had the table
+        return None
+    if raw is None:
+        return None
+    lw = None if raw_w is None else _dec_latest_writes.decode(raw_w)
+    return _dec_latest.decode(raw), lw
+
+
+def drop_latest(txn: WriteTxn, tkey: bytes) -> None:
+    txn.delete(LATEST, latest_key(tkey))
+    txn.delete(LATEST, latest_writes_key(tkey))
 
 
 def run_key(run_id: str, sid: int, checkpoint_id: str) -> bytes:
@@ -278,6 +348,9 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
             txn.put(THREADS, tkey, k)
     elif isinstance(frame, LgRemove):
         ids = frame.checkpoint_ids
+        raw = txn.get(LATEST, latest_key(tkey)) if ids is not None else None
+        if raw is None or _dec_latest.decode(raw).checkpoint_id in ids:  # type: ignore[operator]
+            drop_latest(txn, tkey)  # the newest checkpoint is removed: readers fall back
         if ids is None:
             for key, raw in list(txn.scan_prefix(CHECKPOINTS, k)):
                 run = _dec_ckpt.decode(raw).run_id
@@ -440,6 +513,16 @@ def materialize(sid: int, chain: Chain, loads: Loads, patches: Patches) -> Any:
     for k in range(i - 1, -1, -1):
         value.extend(loads((chain[k][1].type, chain[k][1].data)))
     return value
+
+
+def kept_chain(sid: int, chain: Chain, patches: Patches) -> Chain:
+    """``chain`` (a patch and its keyframe) as the full bytes ``patches`` kept of it, if any."""
+    seq, head = chain[0]
+    if head.kind == BLOB_PATCH:
+        hit = patches.known((sid, seq, head.channel))
+        if hit is not None:
+            return ((seq, LgBlob(head.channel, head.version, BLOB_FULL, *hit)),)
+    return chain
 
 
 class BlobReader:
@@ -788,11 +871,15 @@ class PutFrame(ViewFrame):
         head: LgCheckpoint,
         pending: list[Pending],
         serde: Serde,
+        log: EventLog | None = None,
     ) -> None:
+        """``log``: where keeping ``lg_latest`` reads a channel it cannot take from the put or
+        the previous row (without it the put drops the stream's latest rows)."""
         super().__init__(tkey)
         self.head = head
         self.pending = pending
         self.serde = serde
+        self.log = log
         self.memos: list[tuple[str, Memo | None]] = []
         self.fulls: list[tuple[str, tuple[str, bytes]]] = []  # channels stored whole or patched
 
@@ -802,6 +889,20 @@ class PutFrame(ViewFrame):
             if blob.kind in (BLOB_APPEND, BLOB_PATCH):
                 yield BLOBS, blob_key(sid, blob.channel, planned.base_vkey)
         yield CHECKPOINTS, checkpoint_key(sid, self.head.checkpoint_id)  # for apply_rows
+        yield LATEST, latest_key(self.tkey)
+        yield LATEST, latest_writes_key(self.tkey)
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        super().appended(txn, done)
+        log, sid = self.log, self.sid
+        if log is None or not isinstance(self.frame, LgCheckpoint):
+            drop_latest(txn, self.tkey)
+            return
+
+        def reader() -> BlobReader:  # keeps nothing: chains as stored, as verify reads them
+            return BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+
+        keep_latest(txn, self.frame, sid, self.tkey, done.seq, reader)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
         blobs: list[LgBlob] = []
@@ -825,6 +926,97 @@ class PutFrame(ViewFrame):
         return frame
 
 
+def keep_latest(
+    txn: WriteTxn,
+    frame: LgCheckpoint,
+    sid: int,
+    tkey: bytes,
+    seq: int,
+    make_reader: Callable[[], BlobReader],
+) -> None:
+    """Update ``lg_latest`` for the checkpoint ``frame`` just stored at ``seq`` (its rows are
+    applied). Each channel's chain (the blobs :meth:`BlobReader.chain` reads: a full value, or
+    a delta and its keyframe) comes from the frame's own blob and the previous row's keyframe,
+    from the previous row when unchanged, and failing those from the blob index through
+    ``make_reader()`` (after a fallback). Drops the rows when it cannot read what it needs.
+    The writer, ``rebuild`` and compaction run it alike (with the frames each can read)."""
+    cid = frame.checkpoint_id
+    raw = txn.get(LATEST, latest_key(tkey))
+    prev = None if raw is None else _dec_latest.decode(raw)
+    if prev is not None and cid < prev.checkpoint_id:
+        # An older checkpoint: the newest one is unchanged, unless this put re-stored a
+        # channel version that it reads.
+        if any(
+            b.channel in prev.versions
+            and version_key(prev.versions[b.channel]) == version_key(b.version)
+            for b in frame.blobs
+        ):
+            drop_latest(txn, tkey)
+        return
+    if prev is None:
+        top = latest_checkpoint(txn, sid)
+        if top is None or top[0] != cid:
+            return  # not the newest: the rows stay absent (readers fall back)
+    mine = {b.channel: b for b in frame.blobs}
+    reader: BlobReader | None = None
+    values: list[tuple[str, Chain]] = []
+    try:
+        for channel, version in frame.versions.items():
+            chain = _known_chain(channel, version, mine.get(channel), seq, prev)
+            if chain is None:
+                if reader is None:
+                    reader = make_reader()
+                chain = reader.chain(channel, version) or ()
+            values.append((channel, chain))
+    except CheckpointError:  # a frame it would read is damaged: readers fall back (and fail)
+        drop_latest(txn, tkey)
+        return
+    row = checkpoint_row(seq, frame)
+    latest = LatestRow(
+        sid, cid, row, frame.checkpoint_type, frame.checkpoint, dict(frame.versions),
+        tuple(values),
+    )  # fmt: skip
+    txn.put(LATEST, latest_key(tkey), _enc.encode(latest))
+    if next(iter(txn.scan_prefix(WRITES, writes_prefix(sid, cid), limit=1)), None) is None:
+        txn.put(LATEST, latest_writes_key(tkey), _enc.encode(LatestWrites(cid, ())))
+    else:  # writes stored before (a re-put): readers read them from the write rows
+        txn.delete(LATEST, latest_writes_key(tkey))
+
+
+def _known_chain(
+    channel: str,
+    version: str | int | float,
+    b: LgBlob | None,
+    seq: int,
+    prev: LatestRow | None,
+) -> Chain | None:
+    """A channel's chain from the put's own blob (``b``, at ``seq``: a full value, or a delta
+    whose keyframe ends the previous row's chain) or the previous latest row, ``None`` when
+    neither has it (then the blob index is read)."""
+    if b is not None:
+        if b.kind == BLOB_EMPTY:
+            return ()
+        if b.kind == BLOB_FULL:
+            return ((seq, b),)
+        if prev is not None and b.kind in (BLOB_APPEND, BLOB_PATCH):
+            for ch, base in prev.values:
+                if ch == channel and base and base[-1][0] == b.base:
+                    return ((seq, b), base[-1])
+        return None
+    if prev is None or channel not in prev.versions:
+        return None
+    if version_key(prev.versions[channel]) != version_key(version):
+        return None
+    for ch, chain in prev.values:
+        if ch == channel:
+            return chain
+    return None
+
+
+def _no_loads(data: tuple[str, bytes]) -> Any:
+    raise AssertionError("keep_latest resolves bytes only")
+
+
 class WritesFrame(ViewFrame):
     def __init__(self, tkey: bytes, frame: LgWrites) -> None:
         super().__init__(tkey)
@@ -833,9 +1025,12 @@ class WritesFrame(ViewFrame):
     def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
         f = self.planned
         return [
-            (WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx))
-            for w in f.writes
-            if w.idx >= 0
+            *(
+                (WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx))
+                for w in f.writes
+                if w.idx >= 0
+            ),
+            (LATEST, latest_writes_key(self.tkey)),
         ]
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgWrites | None:
@@ -862,6 +1057,27 @@ class WritesFrame(ViewFrame):
         )
         self.frame = frame
         return frame
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        super().appended(txn, done)
+        if isinstance(self.frame, LgWrites):
+            keep_latest_writes(txn, self.tkey, self.frame)
+
+
+def keep_latest_writes(txn: WriteTxn, tkey: bytes, frame: LgWrites) -> None:
+    """Add the writes of ``frame`` (its rows applied) to the ``lg_latest`` writes row when they
+    belong to its checkpoint (an upsert, as the write rows are)."""
+    raw = txn.get(LATEST, latest_writes_key(tkey))
+    if raw is None:
+        return
+    lw = _dec_latest_writes.decode(raw)
+    if lw.checkpoint_id != frame.checkpoint_id:
+        return
+    kept = {(task, w.idx): (task, path, w) for task, path, w in lw.writes}
+    for w in frame.writes:
+        kept[frame.task_id, w.idx] = (frame.task_id, frame.task_path, w)
+    out = LatestWrites(lw.checkpoint_id, tuple(kept.values()))
+    txn.put(LATEST, latest_writes_key(tkey), _enc.encode(out))
 
 
 class RemoveFrame(ViewFrame):
@@ -894,11 +1110,19 @@ class CopiedFrame(ViewFrame):
     ``seqs`` (source seq -> seq here), which it extends once appended. ``copy_thread`` uses it;
     so can a compactor (see :func:`projections.langgraph.compaction_plan`)."""
 
-    def __init__(self, tkey: bytes, frame: Any, src_seq: int, seqs: dict[int, int]) -> None:
+    def __init__(
+        self,
+        tkey: bytes,
+        frame: Any,
+        src_seq: int,
+        seqs: dict[int, int],
+        log: EventLog | None = None,
+    ) -> None:
         super().__init__(tkey)
         self.src = frame
         self.src_seq = src_seq
         self.seqs = seqs
+        self.log = log
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
         try:
@@ -914,6 +1138,18 @@ class CopiedFrame(ViewFrame):
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         self.seqs[self.src_seq] = done.seq
         super().appended(txn, done)
+        frame, log, sid = self.frame, self.log, self.sid
+        if isinstance(frame, LgWrites):
+            keep_latest_writes(txn, self.tkey, frame)
+        elif isinstance(frame, LgCheckpoint):
+            if log is None:
+                drop_latest(txn, self.tkey)
+                return
+
+            def reader() -> BlobReader:
+                return BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+
+            keep_latest(txn, frame, sid, self.tkey, done.seq, reader)
 
 
 # -- verify ------------------------------------------------------------------------------------
@@ -955,6 +1191,7 @@ def verify_views(log: EventLog) -> list[Problem]:
                             stream=name,
                         )
                     )
+            problems += _verify_latest(log, txn, sid, thread_key(*parsed), view, name)
             entry = stream_id(txn, *parsed)
             if (entry == sid) == view.empty:
                 problems.append(
@@ -989,7 +1226,92 @@ def verify_views(log: EventLog) -> list[Problem]:
     return problems
 
 
+def expected_latest(
+    log: EventLog, txn: ReadTxn, sid: int, view: StreamView
+) -> tuple[LatestRow, LatestWrites] | None:
+    """The ``lg_latest`` rows a stream whose view is ``view`` may hold (from its other
+    tables and frames), ``None`` when it has no checkpoint."""
+    if not view.checkpoints:
+        return None
+    cid = max(view.checkpoints)
+    row = view.checkpoints[cid]
+    reader = BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+    frame = reader.frame(row.seq)
+    if not isinstance(frame, LgCheckpoint):
+        raise CorruptFrame(f"seq {row.seq} is indexed as a checkpoint", seq=row.seq)
+    values = []
+    for channel, version in frame.versions.items():
+        values.append((channel, reader.chain(channel, version) or ()))
+    writes = []
+    for (wcid, task, _), w in sorted(view.writes.items()):
+        if wcid == cid:
+            wf = reader.frame(w.seq)
+            writes.append((task, w.task_path, wf.writes[w.pos]))
+    latest = LatestRow(
+        sid, cid, row, frame.checkpoint_type, frame.checkpoint, dict(frame.versions),
+        tuple(values),
+    )  # fmt: skip
+    return latest, LatestWrites(cid, tuple(writes))
+
+
+def _verify_latest(
+    log: EventLog, txn: ReadTxn, sid: int, tkey: bytes, view: StreamView, name: str
+) -> list[Problem]:
+    """A stream's ``lg_latest`` rows, when present, against what its other tables say."""
+    got = read_latest(txn, tkey)
+    if got is None:
+        try:
+            stray = txn.get(LATEST, latest_writes_key(tkey))
+        except CheckpointError:
+            return []
+        if stray is None:
+            return []
+        return [
+            Problem("projection", "lg_latest has a writes row but no checkpoint row", stream=name)
+        ]
+    try:
+        want = expected_latest(log, txn, sid, view)
+    except CheckpointError as e:
+        return [Problem("projection", f"cannot check lg_latest: {e}", stream=name)]
+    lr, lw = got
+    if want is None or lr != want[0]:
+        return [
+            Problem(
+                "projection",
+                "lg_latest row differs from the newest checkpoint of the stream "
+                f"(row: {lr.checkpoint_id!r}, newest: {want[0].checkpoint_id if want else None!r})",
+                stream=name,
+            )
+        ]
+    if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
+        key = operator.itemgetter(0, 1)
+        mine = sorted(((t, w.idx, p, w) for t, p, w in lw.writes), key=key)
+        theirs = sorted(((t, w.idx, p, w) for t, p, w in want[1].writes), key=key)
+        if mine != theirs:
+            return [
+                Problem(
+                    "projection",
+                    f"lg_latest writes differ from the write rows of {lr.checkpoint_id!r} "
+                    f"({len(mine)} kept, {len(theirs)} stored)",
+                    stream=name,
+                )
+            ]
+    return []
+
+
 # -- the view (eventlog.views.View) ------------------------------------------------------------
+
+
+class _NoFrames(BlobReader):
+    """The blob index of a transaction without the frames (a view applying frames has no log
+    to decode them): a chain it would read ends ``keep_latest`` (the rows stay absent)."""
+
+    def __init__(self, txn: ReadTxn, sid: int) -> None:
+        self.txn, self.sid, self.loads = txn, sid, _no_loads
+        self.patches = Patches(0)
+
+    def frame(self, seq: int) -> Any:
+        raise CorruptFrame(f"seq {seq}: applying a frame reads no other frame", seq=seq)
 
 
 class LangGraphView:
@@ -1010,7 +1332,12 @@ class LangGraphView:
         parsed = parse_stream_key(stream)
         if parsed is None:
             raise CorruptFrame(f"{stream!r} is not a LangGraph stream key", stream=stream)
-        apply_rows(txn, sid, seq, frame, thread_key(*parsed))
+        tkey = thread_key(*parsed)
+        apply_rows(txn, sid, seq, frame, tkey)
+        if isinstance(frame, LgCheckpoint):
+            keep_latest(txn, frame, sid, tkey, seq, lambda: _NoFrames(txn, sid))
+        elif isinstance(frame, LgWrites):
+            keep_latest_writes(txn, tkey, frame)
 
     def rebuild_stream(
         self, txn: WriteTxn, stream: str, sid: int, frames: Iterable[StoredFrame[Any]]

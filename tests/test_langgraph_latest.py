@@ -1,0 +1,290 @@
+"""The ``lg_latest`` rows: ``get_tuple`` latest reads one row (two on a fallback), no frame.
+
+The rows are a materialized view like the others: written in the put's transaction, kept by
+``put_writes``, dropped by removals (readers then fall back to the other tables), rebuilt by
+``rebuild`` and checked by ``verify``. Every test compares what ``get_tuple`` latest returns
+with the same checkpoint read by id (a path that never reads ``lg_latest``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+import eventlog.integrations.langgraph_store as store
+from backends import postgres
+from eventlog import views
+from eventlog.integrations.langgraph import CkptlogSaver
+
+DOC_BYTES = 64 << 10
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def conf(thread: str, cid: str | None = None) -> Any:
+    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if cid is not None:
+        c["checkpoint_id"] = cid
+    return {"configurable": c}
+
+
+def ckpt(values: dict[str, Any], versions: dict[str, Any], cid: str) -> Checkpoint:
+    cp = empty_checkpoint()
+    cp["id"] = cid
+    cp["channel_values"] = values
+    cp["channel_versions"] = versions
+    return cp
+
+
+def small_state() -> Callable[[int], dict[str, Any]]:
+    items: list[Any] = []
+
+    def state(i: int) -> dict[str, Any]:
+        nonlocal items
+        items = [*items, {"i": i, "text": f"message {i}"}]
+        return {"items": items, "n": i}
+
+    return state
+
+
+def large_state() -> Callable[[int], dict[str, Any]]:
+    rng = random.Random(7)
+    doc = "".join(rng.choice("abcdefgh \n") for _ in range(DOC_BYTES))
+
+    def state(i: int) -> dict[str, Any]:
+        nonlocal doc
+        at = rng.randrange(DOC_BYTES - 40)
+        doc = doc[:at] + f"edit {i:08d} " + doc[at + 14 :]
+        return {"doc": doc, "n": i}
+
+    return state
+
+
+STATES = {"small": small_state, "large": large_state}
+
+
+class Thread:
+    """Puts through the saver as LangGraph does (every channel changed each step)."""
+
+    def __init__(self, saver: CkptlogSaver, thread: str, state: Callable[[int], Any]) -> None:
+        self.saver, self.thread, self.state = saver, thread, state
+        self.versions: dict[str, Any] = {}
+        self.cfg: Any = conf(thread)
+        self.step = 0
+        self.last: dict[str, Any] = {}
+
+    def put(self, cid: str | None = None, channels: set[str] | None = None) -> Any:
+        values = self.last = self.state(self.step)
+        new = {}
+        for ch in values:
+            if channels is None or ch in channels or ch not in self.versions:
+                self.versions[ch] = self.saver.get_next_version(self.versions.get(ch), None)
+                new[ch] = self.versions[ch]
+        cid = cid or str(uuid6(clock_seq=self.step))
+        meta = {"source": "loop", "step": self.step, "parents": {}}
+        cp = ckpt(values, dict(self.versions), cid)
+        self.cfg = self.saver.put(self.cfg, cp, meta, new)  # type: ignore[arg-type]
+        self.step += 1
+        return self.cfg
+
+
+def frames_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    seen: list[int] = []
+    real = store.read_frame
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "read_frame", counting)
+    return seen
+
+
+def same_as_by_id(saver: CkptlogSaver, thread: str) -> None:
+    """``get_tuple`` latest equals the newest checkpoint read by id (no lg_latest there)."""
+    newest = next(iter(saver.list(conf(thread), limit=1)), None)
+    got = saver.get_tuple(conf(thread))
+    if newest is None:
+        assert got is None
+        return
+    want = saver.get_tuple(newest.config)
+    assert got is not None
+    assert want is not None
+    assert got.config == want.config
+    assert got.checkpoint == want.checkpoint
+    assert got.metadata == want.metadata
+    assert got.parent_config == want.parent_config
+    assert got.pending_writes == want.pending_writes
+
+
+def latest_rows(saver: CkptlogSaver) -> list[tuple[bytes, bytes]]:
+    with saver.log.backend.read() as txn:
+        return list(txn.scan(store.LATEST))
+
+
+@pytest.fixture
+def saver(tmp_path: Path) -> Iterator[CkptlogSaver]:
+    with CkptlogSaver.open(tmp_path / "lg", durability="process") as s:
+        yield s
+
+
+def check_no_frame(writer: CkptlogSaver, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    t = Thread(writer, kind, STATES[kind]())
+    for i in range(40):
+        cfg = t.put()
+        writer.put_writes(cfg, [("n", i), ("__interrupt__", "stop")], f"task-{i}")
+    reader = CkptlogSaver(writer.log)  # kept nothing: a new process
+    seen = frames_read(monkeypatch)
+    tup = reader.get_tuple(conf(kind))
+    assert seen == [], f"get_tuple latest read frames {seen}"
+    assert tup is not None
+    assert tup.pending_writes == [("task-39", "__interrupt__", "stop"), ("task-39", "n", 39)]
+    assert tup.checkpoint["channel_values"] == t.last
+    same_as_by_id(reader, kind)
+
+
+@pytest.mark.parametrize("kind", sorted(STATES))
+def test_get_tuple_latest_decodes_no_frame_on_lmdb(
+    saver: CkptlogSaver, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    check_no_frame(saver, monkeypatch, kind)
+    assert saver.verify().ok
+
+
+@pytest.mark.parametrize("kind", sorted(STATES))
+def test_get_tuple_latest_decodes_no_frame_on_postgres(
+    pg_schemas: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as s:
+        check_no_frame(s, monkeypatch, kind)
+        assert s.verify().ok
+        statements: list[str] = []
+        real_q, real_enter = postgres._PgRead._q, postgres._ReadScope.__enter__
+
+        def q(self: Any, query: str, params: Any = ()) -> Any:
+            statements.append(query)
+            return real_q(self, query, params)
+
+        def enter(self: Any) -> Any:
+            statements.append("BEGIN")
+            return real_enter(self)
+
+        monkeypatch.setattr(postgres._PgRead, "_q", q)
+        monkeypatch.setattr(postgres._ReadScope, "__enter__", enter)
+        tup = CkptlogSaver(s.log).get_tuple(conf(kind))
+        assert tup is not None
+        assert len(statements) == 1, f"get_tuple latest: one round trip, not {statements}"
+
+
+@pytest.mark.parametrize("kind", sorted(STATES))
+def test_the_latest_rows_follow_every_change(saver: CkptlogSaver, kind: str) -> None:
+    """Random puts (new, older ids, re-puts, some channels only), writes, prunes, copies and
+    deletes: after each, get_tuple latest equals the newest checkpoint read by id, verify is
+    clean, and rebuild writes the same rows (or leaves one absent: readers fall back)."""
+    rng = random.Random(27)
+    t = Thread(saver, "t", STATES[kind]())
+    early = [str(uuid6(clock_seq=i)) for i in range(40)]  # ids older than any put below
+    for step in range(120):
+        op = rng.random()
+        if op < 0.45 or t.step == 0:
+            t.put(channels={"n"} if rng.random() < 0.3 else None)
+        elif op < 0.55:
+            t.put(cid=early.pop())  # an older id: the newest checkpoint stays
+        elif op < 0.62:
+            latest = saver.get_tuple(conf("t"))
+            assert latest is not None
+            t.put(cid=latest.config["configurable"]["checkpoint_id"])  # a re-put
+        elif op < 0.82:
+            target = saver.get_tuple(conf("t"))
+            assert target is not None
+            saver.put_writes(
+                target.config, [("n", step), ("__error__", f"e{step}")], f"task-{step % 3}"
+            )
+        elif op < 0.88:
+            saver.prune(["t"], strategy="keep_latest")
+        elif op < 0.94:
+            saver.copy_thread("t", "copy")
+            same_as_by_id(saver, "copy")
+        else:
+            saver.delete_thread("copy")
+            assert saver.get_tuple(conf("copy")) is None
+        same_as_by_id(saver, "t")
+        if step % 20 == 19:
+            assert saver.verify().ok, str(saver.verify())
+            before = dict(latest_rows(saver))
+            views.rebuild(saver.log)  # it reads no frame: a row it cannot take from the
+            after = dict(latest_rows(saver))  # frames in order stays absent
+            assert {k: before[k] for k in after} == after
+            assert saver.verify().ok
+            same_as_by_id(saver, "t")
+            same_as_by_id(saver, "copy")
+    saver.prune(["t"], strategy="keep_latest")
+    assert latest_rows(saver), "a prune that keeps the newest checkpoint keeps its rows"
+    t.put()
+    same_as_by_id(saver, "t")
+    saver.delete_thread("t")
+    assert saver.get_tuple(conf("t")) is None
+    same_as_by_id(saver, "copy")
+    assert saver.verify().ok
+
+
+def test_verify_reports_a_wrong_latest_row_and_rebuild_repairs_it(saver: CkptlogSaver) -> None:
+    t = Thread(saver, "t", small_state())
+    for _ in range(5):
+        t.put()
+    key, raw = latest_rows(saver)[0]
+    row = msgspec.msgpack.decode(raw, type=store.LatestRow)
+    wrong = msgspec.structs.replace(row, values=())
+
+    def tamper(txn: Any) -> None:
+        txn.put(store.LATEST, key, msgspec.msgpack.encode(wrong))
+
+    saver.log.backend.run_write(tamper)
+    report = saver.verify()
+    assert not report.ok
+    assert any("lg_latest" in p.detail for p in report.problems), str(report)
+    views.rebuild(saver.log)
+    assert saver.verify().ok
+    same_as_by_id(saver, "t")
+    assert latest_rows(saver)[0] == (key, raw)
+
+
+def test_a_log_without_latest_rows_falls_back_and_its_next_put_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log written before keyframes (tests/fixtures/lg-chain-log.mdb.gz) has no lg_latest
+    table: get_tuple latest reads the other tables; the next put writes the rows, reading the
+    unchanged channel's old chain through the blob index."""
+    (tmp_path / "log").mkdir()
+    with (
+        gzip.open(FIXTURES / "lg-chain-log.mdb.gz", "rb") as src,
+        (tmp_path / "log" / "data.mdb").open("wb") as dst,
+    ):
+        shutil.copyfileobj(src, dst)
+    with CkptlogSaver.open(tmp_path / "log", durability="process") as saver:
+        assert latest_rows(saver) == []
+        latest = saver.get_tuple(conf("old"))
+        assert latest is not None
+        same_as_by_id(saver, "old")
+        values = dict(latest.checkpoint["channel_values"])
+        values["n"] = -1
+        versions = dict(latest.checkpoint["channel_versions"])
+        versions["n"] = saver.get_next_version(versions["n"], None)  # "items" is unchanged
+        cid = str(uuid6(clock_seq=999))
+        saver.put(latest.config, ckpt(values, versions, cid), {"step": 999}, {"n": versions["n"]})
+        assert len(latest_rows(saver)) == 2
+        seen = frames_read(monkeypatch)
+        tup = CkptlogSaver(saver.log).get_tuple(conf("old"))
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == values
+        assert seen == []
+        same_as_by_id(saver, "old")
+        assert saver.verify().ok
