@@ -913,7 +913,8 @@ class _WriteScope:
             and conn is not None
             and not conn.closed
         ):
-            stale = isinstance(exc.__cause__, _STALE_ERRORS)
+            # the error itself (a write before the lock, raised in __enter__) or its cause
+            stale = isinstance(exc, _STALE_ERRORS) or isinstance(exc.__cause__, _STALE_ERRORS)
             active = conn._pipeline
             if not stale and pipeline is not None and active is not None:
                 try:
