@@ -20,7 +20,7 @@ Invariants:
 from __future__ import annotations
 
 from eventlog.read.opening import Opened, open_log
-from eventlog.read.streams import Listed, describe, find, listing, status_of, steps
+from eventlog.read.streams import Listed, describe, find, listing, status_of, step_at, steps
 from eventlog.streams import Step, StreamInfo
 
 __all__ = [
@@ -33,5 +33,6 @@ __all__ = [
     "listing",
     "open_log",
     "status_of",
+    "step_at",
     "steps",
 ]

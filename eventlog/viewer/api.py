@@ -444,7 +444,7 @@ class Viewer:
             raise BadRequest(f"no stream {stream!r} in the log; pick one from the list")
         info = read.describe(self.cl.log, stream)
         rows: list[dict[str, Any]] = []
-        for item in read.steps(self.cl.log, stream, info):
+        for item in read.steps(self.cl.log, stream, info, from_seq=offset + 1):
             if item.seq <= offset:
                 continue
             if len(rows) >= limit:

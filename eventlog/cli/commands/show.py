@@ -113,15 +113,9 @@ def _seq_as_of(ctx: Ctx, inv: str, when: float) -> int:
 def step_at(ctx: Ctx, info: StreamInfo, seq: int) -> Step | None:
     """The step at ``seq`` of a stream (``None``: seq 0), unreadable frames reported."""
     assert ctx.opened is not None
-    found: Step | None = None
-    for item in read.steps(ctx.opened.log.log, info.stream, info):
-        if isinstance(item, fx.Unreadable):
-            if item.seq <= seq:
-                ctx.report_unreadable(item)
-            continue
-        if item.seq > seq:
-            break
-        found = item
+    found, unreadable = read.step_at(ctx.opened.log.log, info.stream, info, seq)
+    for item in unreadable:
+        ctx.report_unreadable(item)
     return found
 
 
