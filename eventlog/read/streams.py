@@ -61,14 +61,15 @@ def steps(
 
     ``from_seq``/``to_seq``: only the steps in that range (an ``Unreadable`` run that
     reaches into it included). A view with a ``steps_from(log, stream, from_seq, to_seq)``
-    method (the LangGraph view) reads them without replaying the frames before; any other
-    is walked from its first frame."""
+    method (the LangGraph view) reads them without replaying the frames before, a chunk of
+    frames at a time (a reader that stops early, such as ``history -n 20``, reads no more);
+    any other is walked from its first frame."""
     info = info if info is not None else describe(log, stream)
     owner: Any = next((v for v in views.REGISTRY if v.name == info.kind), None)
     if owner is None or info.kind == "events":
         owner = views.CHECKPOINTS
     seek = getattr(owner, "steps_from", None)
-    if seek is not None and not diffs and (from_seq > 1 or to_seq is not None):
+    if seek is not None and not diffs:
         return cast(Iterator[Step | fx.Unreadable], seek(log, stream, from_seq, to_seq))
     walk: Iterator[Step | fx.Unreadable] = owner.steps(log, stream, diffs=diffs)
     if from_seq <= 1 and to_seq is None:
