@@ -22,13 +22,14 @@ from eventlog.integrations import langgraph_steps
 from eventlog.integrations import langgraph_store as store
 from eventlog.integrations.langgraph import CkptlogSaver
 from eventlog.log import EventLog
+from eventlog.viewer.api import Viewer
 from eventlog.walker import Unreadable
 
 # show --thread at a seq reads: the frame before and the frame at it, the walk back to its
 # checkpoint (one writes frame per step here), that checkpoint's writes frame, and for each of
 # 2 channels the blob's frame and its keyframe.
 STEP_FRAMES_MAX = 12
-SHORT, LONG = 20, 600
+SHORT, LONG = 60, 600
 
 
 class _State(TypedDict):
@@ -101,35 +102,38 @@ def steps_of(log: EventLog, stream: str) -> list[Any]:
     return list(store.VIEW.steps(log, stream))
 
 
-class Replays:
-    """Counts the walks of a LangGraph stream from its first frame."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.n = 0
-        real = langgraph_steps.steps
-
-        def counting(*args: Any) -> Any:
-            self.n += 1
-            return real(*args)
-
-        monkeypatch.setattr(langgraph_steps, "steps", counting)
+REPLAYS = [0]  # walks of a LangGraph stream from its first frame (with count_replays)
 
 
-def assert_seeks_equal_the_replay(log: EventLog, stream: str) -> None:
+@pytest.fixture
+def count_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = langgraph_steps.steps
+
+    def counting(*args: Any) -> Any:
+        REPLAYS[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(langgraph_steps, "steps", counting)
+
+
+def assert_seeks_equal_the_replay(log: EventLog, stream: str) -> int:
     """Every step read at its seq, and pages from the start, the middle and the end, equal
-    the replay's (which this walks once, to compare with)."""
+    the replay's; returns how many times the steps read at their seq replayed the stream."""
     info = read.describe(log, stream)
     replay = steps_of(log, stream)
     assert replay, stream
     assert not any(isinstance(s, Unreadable) for s in replay)
+    before = REPLAYS[0]
     for s in replay:
         got, unreadable = read.step_at(log, stream, info, s.seq)
         assert unreadable == []
         assert got == s, f"{stream} seq {s.seq}"
+    replayed = REPLAYS[0] - before
     for start in (1, 2, len(replay) // 2, len(replay)):
         assert list(read.steps(log, stream, info, from_seq=start)) == replay[start - 1 :]
         page = list(read.steps(log, stream, info, from_seq=start, to_seq=start + 2))
         assert page == replay[start - 1 : start + 2]
+    return replayed
 
 
 @pytest.fixture
@@ -138,24 +142,20 @@ def saver(tmp_path: Path) -> Iterator[CkptlogSaver]:
         yield s
 
 
-def test_a_step_read_at_its_seq_is_the_step_the_replay_yields(
-    saver: CkptlogSaver, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("count_replays")
+def test_a_step_read_at_its_seq_is_the_step_the_replay_yields(saver: CkptlogSaver) -> None:
     build(saver, "loop", 90)  # longer than a chunk of steps_from
     graph_runs(saver, "graph")
     saver.put_writes(  # writes for a checkpoint not stored yet (LangGraph's background put)
         conf("loop", str(uuid6(clock_seq=999))), [("n", 0)], "early", "node-b"
     )
-    replays = Replays(monkeypatch)
     for thread in ("loop", "graph"):
-        replays.n = 0
-        assert_seeks_equal_the_replay(saver.log, f"lg:{len(thread)}:{thread}:")
-        assert replays.n == 1, f"{thread}: the rows were not read, the stream was replayed"
+        replayed = assert_seeks_equal_the_replay(saver.log, f"lg:{len(thread)}:{thread}:")
+        assert replayed == 0, f"{thread}: the rows were not read, the stream was replayed"
 
 
-def test_where_the_rows_cannot_stand_for_the_replay_it_replays(
-    saver: CkptlogSaver, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("count_replays")
+def test_where_the_rows_cannot_stand_for_the_replay_it_replays(saver: CkptlogSaver) -> None:
     """Special writes that overwrite, pruned and deleted checkpoints: the steps read at a seq
     are still the replay's (the rows no longer hold what the frames did then)."""
     ids = build(saver, "pruned", 30)
@@ -166,11 +166,9 @@ def test_where_the_rows_cannot_stand_for_the_replay_it_replays(
     build(saver, "gone", 10)
     saver.delete_thread("gone")
     build(saver, "gone", 4)
-    replays = Replays(monkeypatch)
     for thread in ("pruned", "gone"):
-        replays.n = 0
-        assert_seeks_equal_the_replay(saver.log, f"lg:{len(thread)}:{thread}:")
-        assert replays.n > 1, f"{thread}: the rows were read where they cannot stand for it"
+        replayed = assert_seeks_equal_the_replay(saver.log, f"lg:{len(thread)}:{thread}:")
+        assert replayed > 0, f"{thread}: the rows were read where they cannot stand for it"
 
 
 class FrameCount:
@@ -226,9 +224,20 @@ def test_show_and_a_page_of_steps_read_a_bounded_number_of_frames(
             seen.setdefault("page of 20", []).append(count.n)
         finally:
             opened.log.close()
-    print(seen)
+        viewer = Viewer(str(path))
+        try:
+            with viewer.session():
+                count.n = 0
+                doc = viewer.steps(f"lg:{len(thread)}:{thread}:", last - 100, 100)
+                assert [r["seq"] for r in doc["rows"]] == list(range(last - 99, last + 1))
+                seen.setdefault("/api/steps, last page of 100", []).append(count.n)
+        finally:
+            viewer.close()
     for what, (short, long) in seen.items():
-        bound = STEP_FRAMES_MAX if what != "page of 20" else 20 + STEP_FRAMES_MAX + 20 * 2
+        # a page of N steps: its N frames, plus what one step reads (the frames it shares
+        # with its neighbours are read once)
+        bound = {"page of 20": 20, "/api/steps, last page of 100": 100}.get(what, 0)
+        bound += STEP_FRAMES_MAX
         assert long <= bound, f"{what} at {LONG} steps: {long} frames decoded"
         assert long <= short + 2, f"{what}: {short} frames at {SHORT} steps, {long} at {LONG}"
 

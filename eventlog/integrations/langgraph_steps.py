@@ -202,7 +202,8 @@ def steps_from(
     as :func:`steps` does, yielding what falls in the range (damage included).
 
     Frames are read in chunks of ``CHUNK``: a lazy reader (the first page of ``history``)
-    reads no further than it consumes."""
+    reads no further than it consumes; a read of the whole stream replays it after its first
+    ``WALK_AFTER`` steps."""
     loads = serde()
     lo = max(1, from_seq)
     # a log opened without the view's tables declared (the CLI's) opens them, if it has them
@@ -210,6 +211,10 @@ def steps_from(
         yield from _replayed(log, stream, lo, to_seq, blob_reader)
         return
     while to_seq is None or lo <= to_seq:
+        if from_seq <= 1 and to_seq is None and lo > WALK_AFTER:
+            # a walk of the whole stream: the replay reads each step for less than the rows
+            yield from _replayed(log, stream, lo, to_seq, blob_reader)
+            return
         hi = lo + CHUNK - 1 if to_seq is None else min(to_seq, lo + CHUNK - 1)
         try:
             chunk = _indexed(log, stream, lo, hi, blob_reader, store, loads)
@@ -236,6 +241,13 @@ def _replayed(
 
 CHUNK = 64
 """Frames read per chunk by :func:`steps_from`."""
+
+WALK_AFTER = 2 * CHUNK
+"""A read from the first frame with no end (``history``) takes its first ``WALK_AFTER`` steps
+from the rows (``history -n 20`` reads no more), then replays the stream from its first frame
+(skipping what it yielded): past a few chunks, the replay costs less per step (it keeps what
+each frame changed instead of asking the rows for every step) and its cost over the whole
+stream is the walk's own."""
 
 
 def _indexed(
