@@ -90,6 +90,10 @@ def operations(path: Path, steps: int, viewer: Any) -> dict[str, Callable[[], An
                     return s
         return None
 
+    def uncached_listing() -> Any:
+        viewer._inv_cache = None  # the viewer lists the log again only when it changed
+        return viewer.invocations("", "", "", 0, 100)
+
     def all_steps() -> Any:
         with viewer.session():
             return sum(1 for _ in read.steps(viewer.cl.log, stream))
@@ -105,7 +109,7 @@ def operations(path: Path, steps: int, viewer: Any) -> dict[str, Callable[[], An
         "cli diff --thread A B (late)": lambda: cli(
             "diff", p, "--thread", THREAD, str(max(1, last - 21)), str(last - 1), "--json"
         ),
-        "viewer /api/invocations": in_session(lambda: viewer.invocations("", "", "", 0, 100)),
+        "viewer /api/invocations (uncached)": in_session(uncached_listing),
         "viewer /api/langgraph (100 newest)": in_session(
             lambda: viewer.langgraph(THREAD, "", 0, 100)
         ),
