@@ -247,3 +247,13 @@ def test_a_page_past_the_end_and_a_missing_stream_are_empty(saver: CkptlogSaver)
     log = saver.log
     assert list(read.steps(log, "lg:1:t:", from_seq=7)) == []
     assert list(langgraph_steps.steps_from(log, "lg:1:x:", 1, object, store.ROWS)) == []
+
+
+def test_the_seq_as_of_a_time_is_the_last_step_saved_by_then(saver: CkptlogSaver) -> None:
+    build(saver, "t", 30)
+    log, stream = saver.log, "lg:1:t:"
+    replay = steps_of(log, stream)
+    times = sorted({s.saved_at for s in replay})
+    for when in (times[0] - 1, times[0], times[len(times) // 2], times[-1], times[-1] + 1):
+        expected = max((s.seq for s in replay if s.saved_at <= when), default=0)
+        assert read.seq_as_of(log, stream, None, when) == expected

@@ -29,6 +29,7 @@ __all__ = [
     "describe",
     "find",
     "listing",
+    "seq_as_of",
     "status_of",
     "step_at",
     "steps",
@@ -85,6 +86,24 @@ def _window(
             return
         if getattr(item, "last_seq", item.seq) >= from_seq:
             yield item
+
+
+def seq_as_of(log: EventLog, stream: str, info: StreamInfo | None, when: float) -> int:
+    """The last readable step saved at or before ``when`` (0: none). A view with
+    ``steps_from`` (LangGraph: a step's time is its frame's) is scanned by its frames'
+    times, without rebuilding each step's value; any other walks its steps."""
+    info = info if info is not None else describe(log, stream)
+    owner: Any = next((v for v in views.REGISTRY if v.name == info.kind), None)
+    found = 0
+    if getattr(owner, "steps_from", None) is not None:
+        for item in fx.read_frames(log, stream):
+            if not isinstance(item, fx.Unreadable) and fx.frame_saved_at(item.frame) <= when:
+                found = item.seq
+        return found
+    for step in steps(log, stream, info):
+        if not isinstance(step, fx.Unreadable) and step.saved_at <= when:
+            found = step.seq
+    return found
 
 
 def step_at(

@@ -125,10 +125,7 @@ def _show_step(ctx: Ctx, info: StreamInfo, last: int) -> int:
     inv = info.stream
     if a.as_of is not None:
         when = parse_time(a.as_of)
-        seq = 0
-        for item in read.steps(ctx.opened.log.log, inv, info):
-            if not isinstance(item, fx.Unreadable) and item.saved_at <= when:
-                seq = item.seq
+        seq = read.seq_as_of(ctx.opened.log.log, inv, info, when)
         if seq == 0:
             return show_none(ctx, inv, 0, last, f"nothing was saved by {fmt_time(when)}")
     else:
