@@ -2,11 +2,15 @@
 (what the saver's ``get_tuple`` returns as of that seq, plus the pending writes), as plain data.
 
 The view (eventlog.integrations.langgraph_store.LangGraphView) calls :func:`steps` with its
-blob reader, so this module needs nothing of the store but what it is handed.
+blob reader, and :func:`steps_from` (the steps of a range of seqs, read from the view's rows
+at a cost independent of the frames before it) with its blob reader and row readers
+(:class:`Rows`), so this module needs nothing of the store but what it is handed.
 
 Invariants:
 - Read-only and tolerant: frames come from ``eventlog.walker.read_frames``; damage is
   yielded as ``Unreadable``, never raised. Removed checkpoints stay readable from their frames.
+- :func:`steps_from` yields exactly what :func:`steps` yields for its range; where the rows
+  cannot stand for the replay it replays.
 - Values are decoded, never executed: LangGraph serde output goes through LangGraph's own
   ``JsonPlusSerializer`` (loaded only when a LangGraph stream is read). A value that does not
   decode is shown as ``{"undecodable": ...}``.
