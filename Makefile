@@ -58,6 +58,7 @@ bench-smoke: $(STAMP_DEV)
 	$(PY) -m benchmarks.langgraph_growth --quick --out $(SMOKE_OUT)/langgraph_growth.json
 	$(PY) -m benchmarks.langgraph_read --quick --out $(SMOKE_OUT)/langgraph_read.json
 	$(PY) -m benchmarks.langgraph_read --quick --pg --out $(SMOKE_OUT)/langgraph_read_pg.json
+	$(PY) -m benchmarks.langgraph_show --short 6 --long 40 --repeat 1 --json $(SMOKE_OUT)/langgraph_show.json
 	$(PY) -m benchmarks.forensics --quick --out $(SMOKE_OUT)/forensics.json
 	$(PY) -m benchmarks.openarmature_fanout --quick --out $(SMOKE_OUT)/openarmature_fanout.json
 	$(PY) -m benchmarks.pg_compare --quick --out $(SMOKE_OUT)/pg_compare.json
@@ -70,6 +71,7 @@ bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.langgraph_growth
 	$(PY) -m benchmarks.langgraph_read
 	$(PY) -m benchmarks.langgraph_read --pg --out benchmarks/results/langgraph_read_pg.json
+	$(PY) -m benchmarks.langgraph_show
 	$(PY) -m benchmarks.forensics
 	$(PY) -m benchmarks.openarmature_fanout --sizes 1000
 	$(PY) -m benchmarks.pg_compare --doc  # the PostgreSQL section of docs/benchmarks.md

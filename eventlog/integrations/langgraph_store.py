@@ -1364,5 +1364,15 @@ class LangGraphView:
     def steps(self, log: EventLog, stream: str, *, diffs: bool = False) -> Iterator[Any]:
         return langgraph_steps.steps(log, stream, BlobReader)
 
+    def steps_from(
+        self, log: EventLog, stream: str, from_seq: int, to_seq: int | None = None
+    ) -> Iterator[Any]:
+        """:meth:`steps` from ``from_seq`` (to ``to_seq``), read from the rows at a cost
+        independent of the frames before it (langgraph_steps.steps_from)."""
+        return langgraph_steps.steps_from(log, stream, from_seq, BlobReader, ROWS, to_seq)
+
+
+ROWS: Final = langgraph_steps.Rows(TABLES, read_checkpoint_row, write_rows, blob_seq)
+"""The row readers :func:`langgraph_steps.steps_from` reads a step at a seq with."""
 
 VIEW: Final = LangGraphView()

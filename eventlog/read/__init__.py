@@ -20,7 +20,16 @@ Invariants:
 from __future__ import annotations
 
 from eventlog.read.opening import Opened, open_log
-from eventlog.read.streams import Listed, describe, find, listing, status_of, steps
+from eventlog.read.streams import (
+    Listed,
+    describe,
+    find,
+    listing,
+    seq_as_of,
+    status_of,
+    step_at,
+    steps,
+)
 from eventlog.streams import Step, StreamInfo
 
 __all__ = [
@@ -32,6 +41,8 @@ __all__ = [
     "find",
     "listing",
     "open_log",
+    "seq_as_of",
     "status_of",
+    "step_at",
     "steps",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from eventlog import forensics as fx
 from eventlog import views
@@ -29,7 +29,9 @@ __all__ = [
     "describe",
     "find",
     "listing",
+    "seq_as_of",
     "status_of",
+    "step_at",
     "steps",
 ]
 
@@ -47,15 +49,92 @@ def describe(log: EventLog, stream: str) -> StreamInfo:
 
 
 def steps(
-    log: EventLog, stream: str, info: StreamInfo | None = None, *, diffs: bool = False
+    log: EventLog,
+    stream: str,
+    info: StreamInfo | None = None,
+    *,
+    diffs: bool = False,
+    from_seq: int = 1,
+    to_seq: int | None = None,
 ) -> Iterator[Step | fx.Unreadable]:
     """Every frame of ``stream`` with the stream as of it (``Step.value``), from its view;
-    a stream no view claims (application events) walks as the checkpoint view reads it."""
+    a stream no view claims (application events) walks as the checkpoint view reads it.
+
+    ``from_seq``/``to_seq``: only the steps in that range (an ``Unreadable`` run that
+    reaches into it included). A view with a ``steps_from(log, stream, from_seq, to_seq)``
+    method (the LangGraph view) reads them without replaying the frames before, a chunk of
+    frames at a time (a reader that stops early, such as ``history -n 20``, reads no more);
+    any other is walked from its first frame."""
     info = info if info is not None else describe(log, stream)
-    owner = next((v for v in views.REGISTRY if v.name == info.kind), None)
+    owner: Any = next((v for v in views.REGISTRY if v.name == info.kind), None)
     if owner is None or info.kind == "events":
         owner = views.CHECKPOINTS
-    return owner.steps(log, stream, diffs=diffs)
+    seek = getattr(owner, "steps_from", None)
+    if seek is not None and not diffs:
+        return cast(Iterator[Step | fx.Unreadable], seek(log, stream, from_seq, to_seq))
+    walk: Iterator[Step | fx.Unreadable] = owner.steps(log, stream, diffs=diffs)
+    if from_seq <= 1 and to_seq is None:
+        return walk
+    return _window(walk, from_seq, to_seq)
+
+
+def _window(
+    walk: Iterator[Step | fx.Unreadable], from_seq: int, to_seq: int | None
+) -> Iterator[Step | fx.Unreadable]:
+    for item in walk:
+        if to_seq is not None and item.seq > to_seq:
+            return
+        if getattr(item, "last_seq", item.seq) >= from_seq:
+            yield item
+
+
+def seq_as_of(log: EventLog, stream: str, info: StreamInfo | None, when: float) -> int:
+    """The last readable step saved at or before ``when`` (0: none). A view with
+    ``steps_from`` (LangGraph: a step's time is its frame's) is scanned by its frames'
+    times, without rebuilding each step's value; any other walks its steps."""
+    info = info if info is not None else describe(log, stream)
+    owner: Any = next((v for v in views.REGISTRY if v.name == info.kind), None)
+    found = 0
+    if getattr(owner, "steps_from", None) is not None:
+        for item in fx.read_frames(log, stream):
+            if not isinstance(item, fx.Unreadable) and fx.frame_saved_at(item.frame) <= when:
+                found = item.seq
+        return found
+    for step in steps(log, stream, info):
+        if not isinstance(step, fx.Unreadable) and step.saved_at <= when:
+            found = step.seq
+    return found
+
+
+def step_at(
+    log: EventLog, stream: str, info: StreamInfo | None, seq: int
+) -> tuple[Step | None, list[fx.Unreadable]]:
+    """The step at ``seq`` (when it cannot be read: the last readable one before it; ``None``
+    when there is none or seq is 0) and what was found unreadable on the way. A view with
+    ``steps_from`` (LangGraph) reads the step from its rows, at a cost independent of the
+    stream's length, and reports no damage it did not read; when that read meets damage, or
+    for any other view, the stream is walked from its first frame and every unreadable frame
+    up to ``seq`` is reported."""
+    if seq <= 0:
+        return None, []
+    info = info if info is not None else describe(log, stream)
+    owner: Any = next((v for v in views.REGISTRY if v.name == info.kind), None)
+    if getattr(owner, "steps_from", None) is not None:
+        read = list(steps(log, stream, info, from_seq=seq, to_seq=seq))
+        if len(read) == 1 and isinstance(read[0], Step) and read[0].seq == seq:
+            return read[0], []
+    # damage on the way (or a view that replays): walk from the first frame, reporting it
+    found: Step | None = None
+    unreadable: list[fx.Unreadable] = []
+    for item in steps(log, stream, info):
+        if isinstance(item, fx.Unreadable):
+            if item.seq <= seq:
+                unreadable.append(item)
+            continue
+        if item.seq > seq:
+            break
+        found = item
+    return found, unreadable
 
 
 def _names(info: StreamInfo) -> set[str]:

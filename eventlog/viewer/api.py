@@ -444,7 +444,7 @@ class Viewer:
             raise BadRequest(f"no stream {stream!r} in the log; pick one from the list")
         info = read.describe(self.cl.log, stream)
         rows: list[dict[str, Any]] = []
-        for item in read.steps(self.cl.log, stream, info):
+        for item in read.steps(self.cl.log, stream, info, from_seq=offset + 1):
             if item.seq <= offset:
                 continue
             if len(rows) >= limit:
@@ -510,7 +510,8 @@ class Viewer:
         saver = LmdbSaver(self._integration_log("langgraph", TABLES))
         config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
         rows = []
-        for t in itertools.islice(saver.list(config), offset, offset + limit):  # type: ignore[arg-type]
+        newest = saver.list(config, limit=offset + limit)  # type: ignore[arg-type]
+        for t in itertools.islice(newest, offset, offset + limit):
             cp = t.checkpoint
             parent = t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else None
             rows.append(

@@ -113,15 +113,9 @@ def _seq_as_of(ctx: Ctx, inv: str, when: float) -> int:
 def step_at(ctx: Ctx, info: StreamInfo, seq: int) -> Step | None:
     """The step at ``seq`` of a stream (``None``: seq 0), unreadable frames reported."""
     assert ctx.opened is not None
-    found: Step | None = None
-    for item in read.steps(ctx.opened.log.log, info.stream, info):
-        if isinstance(item, fx.Unreadable):
-            if item.seq <= seq:
-                ctx.report_unreadable(item)
-            continue
-        if item.seq > seq:
-            break
-        found = item
+    found, unreadable = read.step_at(ctx.opened.log.log, info.stream, info, seq)
+    for item in unreadable:
+        ctx.report_unreadable(item)
     return found
 
 
@@ -131,10 +125,7 @@ def _show_step(ctx: Ctx, info: StreamInfo, last: int) -> int:
     inv = info.stream
     if a.as_of is not None:
         when = parse_time(a.as_of)
-        seq = 0
-        for item in read.steps(ctx.opened.log.log, inv, info):
-            if not isinstance(item, fx.Unreadable) and item.saved_at <= when:
-                seq = item.seq
+        seq = read.seq_as_of(ctx.opened.log.log, inv, info, when)
         if seq == 0:
             return show_none(ctx, inv, 0, last, f"nothing was saved by {fmt_time(when)}")
     else:
