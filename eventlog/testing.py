@@ -33,12 +33,9 @@ import msgspec
 import pytest
 
 from eventlog import forensics
-from eventlog.checkpoints import (
-    HEAD_CACHE_MAX,
-    INLINE_LOAD_ROWS_MAX,
-    Checkpointer,
-    CheckpointLog,
-)
+from eventlog.checkpoint_frames import HEAD_CACHE_MAX, INLINE_LOAD_ROWS_MAX
+from eventlog.checkpointer import Checkpointer
+from eventlog.checkpoints import CheckpointLog
 from eventlog.errors import (
     EncodingError,
     InvalidRecord,
