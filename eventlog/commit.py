@@ -45,9 +45,6 @@ from eventlog.errors import (
     WriterFailed,
 )
 from eventlog.layout import LOG, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
-from eventlog.reports import Problem as Problem  # noqa: PLC0414 - re-exported
-from eventlog.reports import Stats as Stats  # noqa: PLC0414
-from eventlog.reports import VerifyReport as VerifyReport  # noqa: PLC0414
 
 
 class Appended(msgspec.Struct, frozen=True):

@@ -19,7 +19,8 @@ Invariants:
   alone: nothing of it is written and the other frames of its commit are unaffected.
 - A durable append returns only after its commit is on disk (per the backend's durability).
 - A commit the storage refuses (``OSError``) drops no buffered frame: they return to their
-  buffers in order (see ``_keep_buffered``) and the flushes covering them raise ``FlushFailed``.
+  buffers in order (``_keep_buffered``, eventlog.commit) and the flushes covering them raise
+  ``FlushFailed``.
 - No caller's cancellation stops the writer (futures are resolved only if not done); a
   committer that dies of a bug fails every waiting and later call with ``WriterFailed``.
 """
