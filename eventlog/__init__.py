@@ -33,7 +33,8 @@ from eventlog.records import (
 from eventlog.reports import Problem, Stats, VerifyReport
 
 if TYPE_CHECKING:
-    from eventlog.checkpoints import Checkpointer, CheckpointLog
+    from eventlog.checkpointer import Checkpointer
+    from eventlog.checkpoints import CheckpointLog
     from eventlog.log import EventLog
 
 __all__ = [
@@ -57,7 +58,7 @@ __all__ = [
 
 _LAZY = {
     "CheckpointLog": "eventlog.checkpoints",
-    "Checkpointer": "eventlog.checkpoints",
+    "Checkpointer": "eventlog.checkpointer",
     "EventLog": "eventlog.log",
 }
 

@@ -472,18 +472,18 @@ def test_two_writers_sharing_a_fan_out_build_the_same_head(
     alone, without catching up), interleaved with whole-record saves and an out-of-range
     index: the head equals what the calls mean, every seq's record folds consistently, the
     bad index is refused by the flush of the log that saved it, and the log verifies."""
-    import eventlog.checkpoints as checkpoints  # noqa: PLC0415
+    import eventlog.checkpoint_frames as checkpoint_frames  # noqa: PLC0415
     from eventlog.errors import InvalidRecord  # noqa: PLC0415
     from eventlog.records import FanOutInternalSaveBatching  # noqa: PLC0415
 
     on_row = []
-    write_row_only = checkpoints.write_instance_saves
+    write_row_only = checkpoint_frames.write_instance_saves
 
     def counting(*args: object, **kw: object) -> object:
         on_row.append(1)
         return write_row_only(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(checkpoints, "write_instance_saves", counting)
+    monkeypatch.setattr(checkpoint_frames, "write_instance_saves", counting)
     url = pg_schemas.url(tmp_path)
     batching = FanOutInternalSaveBatching(flush_every=1000)
     a = CheckpointLog.open(url, batching=batching)

@@ -1,0 +1,524 @@
+"""The deferred frames of the checkpoint write path (eventlog.checkpoints).
+
+Each save, batch of instance saves and delete is a :class:`~eventlog.log.DeferredFrame` that the
+writer thread builds inside the write transaction, in call order, against the stream's head
+(cached by its :class:`~eventlog.checkpoints.CheckpointLog`), then books into the head's rows
+(eventlog.materialized). The tuning constants of the write path live here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from backends.base import WriteTxn
+from eventlog.errors import (
+    InvalidRecord,
+    RetryableWrite,
+)
+from eventlog.frames import (
+    CheckpointFrame,
+    FanOutHeader,
+    Save,
+    Tombstone,
+)
+from eventlog.layout import U64
+from eventlog.log import Appended, DeferredFrame
+from eventlog.materialized import (
+    BODIES,
+    HEADS,
+    Book,
+    HeadRow,
+    book_after,
+    book_of,
+    change_array,
+    delete_rows,
+    encoded,
+    load_rows,
+    read_positions,
+    read_row,
+    write_instance_rows,
+    write_instance_saves,
+    write_instances,
+    write_save,
+    write_snapshot_mark,
+)
+from eventlog.records import (
+    EnclosingFanOutInstance,
+    FanOutInstanceProgress,
+)
+from projections.records import (
+    Head,
+    Incoming,
+    Slot,
+    delta,
+    snapshot,
+)
+
+if TYPE_CHECKING:
+    from eventlog.checkpoints import CheckpointLog
+
+SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames past a snapshot,
+SNAPSHOT_BYTES_PER_FRAME: Final = 64  # or one per this many bytes of it, if that is more: a
+# snapshot costs O(its size) to build, so it is paid for by at least size/64 frames (flat per save)
+SNAPSHOT_RATIO: Final = 2  # snapshot once the deltas since the last one outweigh it this much
+BATCH_CHANGES_MAX: Final = 4096  # buffered save_instance calls joined into one frame, at most
+BATCH_BYTES_MAX: Final = 1 << 20  # and their results' bytes (a quarter of frame_bytes_max)
+INSTANCE_OVERHEAD_BYTES: Final = 48  # a change's framing besides its result, roughly
+HEAD_CACHE_MAX: Final = 4096  # invocations whose head the writer keeps in memory
+HEAD_ROWS_CACHED_MAX: Final = 1 << 16  # a bigger head is not kept by save_instance batches
+# (they need only its row), so memory does not grow with the fan-out's size
+SNAPSHOT_INSTANCES_MAX: Final = 1 << 16  # a head with more instances is snapshotted in pages,
+SNAPSHOT_BYTES_MAX: Final = 4 << 20  # as is one whose last snapshot frame was bigger than this
+PAGE_ROWS_MAX: Final = 4096  # instance rows per page of a paged snapshot, at most
+PAGE_ROWS_MIN: Final = 256  # and at least (a page holds about twice its frame's changes)
+PAGE_BYTES_MAX: Final = 1 << 20  # and about this many bytes
+INLINE_LOAD_ROWS_MAX: Final = 256  # async load reads at most this many rows (or KiB of state)
+# on the event loop; a bigger record loads on a worker thread
+
+
+class _TooBig:
+    """What ``CheckpointLog._load`` returns when the record is too big to load inline."""
+
+
+TOO_BIG: Final = _TooBig()
+
+U64_LEN = 8
+INDEX_END: Final = 2**63  # an index is an int64 (eventlog.validate)
+CATCH_UP_FRAMES_MIN: Final = 16  # a stale cached head folds up to this many newer frames,
+CATCH_UP_ROWS_PER_FRAME: Final = 4  # or one per this many rows a reload would read, if more
+
+
+def _snapshot_due(row: HeadRow | None, seq: int) -> bool:
+    """Whether the frame at ``seq`` after head row ``row`` starts a snapshot (a snapshot frame,
+    or the first page of a paged one; none is due while a paged snapshot is in progress)."""
+    if row is None:
+        return True
+    if row.paging_since:
+        return False
+    snap = row.snapshot_bytes
+    return row.chain_bytes > SNAPSHOT_RATIO * snap or seq - row.snapshot_seq >= max(
+        SNAPSHOT_FRAMES_MAX, snap // SNAPSHOT_BYTES_PER_FRAME
+    )
+
+
+class _HeadFrame(DeferredFrame):
+    """A save: builds its frame against the stream head, then updates the head's rows."""
+
+    __slots__ = ("owner", "plan")
+
+    def __init__(self, owner: CheckpointLog) -> None:
+        self.owner = owner
+        # (row before, the delta frame, the head after (None: built on the row alone),
+        # stored as a snapshot)
+        self.plan: tuple[HeadRow | None, Save, Head | None, bool] | None = None
+
+    def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
+        raise NotImplementedError
+
+    def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
+        return ((HEADS, U64.pack(sid)),)
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> CheckpointFrame:
+        return self._build_on_head(txn, stream, sid, seq, self.owner._row(txn, stream, sid))
+
+    def _build_on_head(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int, row: HeadRow | None
+    ) -> CheckpointFrame:
+        owner = self.owner
+        before_head, before_row = owner._head(txn, stream, sid, seq, row)
+        frame, head = self._delta(before_head, stream)
+        head.seq = seq
+        as_snapshot = _snapshot_due(before_row, seq)
+        if before_row is not None and (before_row.paging_since or (
+            as_snapshot and owner._paged(before_row)
+        )):  # fmt: skip
+            layout = tuple(s.header for s in head.slots)
+            if not before_row.paging_since:  # the first page restates the rest of the record
+                frame = msgspec.structs.replace(
+                    frame,
+                    correlation_id=head.correlation_id,
+                    schema_version=head.schema_version,
+                    state=head.state,
+                    state_splice=None,
+                    parent_states=head.parent_states,
+                    positions_from=0,
+                    positions=tuple(head.positions),
+                )
+            frame = owner._with_page(
+                txn, sid, seq, before_row, frame, layout, head.next_fid, self.overlay(frame)
+            )
+            as_snapshot = False
+        self.plan = (before_row, frame, head, as_snapshot)
+        if not as_snapshot:
+            return frame
+        full = snapshot(head)
+        calls = self._calls(frame)
+        if calls is not None:  # save_instance calls: keep them, which the record hides
+            full = msgspec.structs.replace(full, batch=calls[0], instance_saved_at=calls[1])
+        return full
+
+    def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
+        """The ``save_instance`` calls ``frame`` commits, each with its time (``None``: the
+        frame is a whole record's)."""
+        return None
+
+    def rows_written(self) -> bool:
+        """Whether the delta's instance rows are written apart from ``write_save``."""
+        return False
+
+    def overlay(self, frame: Save) -> dict[int, dict[int, bytes]]:
+        """The frame's instance changes by fan-out id, index -> encoded progress (the later
+        change wins)."""
+        out: dict[int, dict[int, bytes]] = {}
+        for ch in frame.instances:
+            out.setdefault(ch.fid, {})[ch.index] = encoded(ch.progress)
+        return out
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        assert self.plan is not None
+        before_row, frame, head, as_snapshot = self.plan
+        assert head is not None
+        sid = self.owner._sid_of(done)
+        if as_snapshot:
+            write_snapshot_mark(txn, sid, done.seq)
+            book = Book(done.seq, 0, done.stored_bytes)
+        else:
+            assert before_row is not None
+            book = _book_after(txn, sid, before_row, frame, done)
+        row = write_save(
+            txn, sid, before_row, frame, head, book=book, rows_written=self.rows_written()
+        )
+        self.owner._layout_seen(done.stream, row)
+        self.owner._cache_put(done.stream, head)
+
+
+class _Save(_HeadFrame):
+    """A whole record (ours or openarmature's), stored as its delta against the head."""
+
+    __slots__ = ("inc",)
+
+    def __init__(self, owner: CheckpointLog, inc: Incoming) -> None:
+        super().__init__(owner)
+        self.inc = inc
+
+    def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
+        return delta(head, self.inc, stream)
+
+
+_FanOutKey = tuple[str, tuple[str, ...], tuple[EnclosingFanOutInstance, ...]]
+
+
+class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
+    """One ``save_instance`` call, validated by the caller (its bytes are an estimate of its
+    size in a frame)."""
+
+    key: _FanOutKey
+    index: int
+    progress: FanOutInstanceProgress
+    saved_at: float
+    raw: bytes  # ``progress`` encoded: its row and its frame entry, encoded once
+
+    @property
+    def size(self) -> int:
+        return len(self.raw) + INSTANCE_OVERHEAD_BYTES
+
+
+class _RawChange(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """Encodes exactly as an :class:`InstanceChange` whose progress is already msgpack bytes
+    (decoders read it back as an ``InstanceChange``)."""
+
+    fid: int
+    index: int
+    progress: msgspec.Raw
+
+
+class _InstanceSaves(_HeadFrame):
+    """Fan-out instance progress without rebuilding the record: O(changes), whatever the
+    fan-out's size.
+
+    One ``save_instance`` call, or several buffered calls of one invocation joined in call
+    order (:meth:`join`): a batch is one frame (one envelope, one chain link, one index row,
+    one head-row update) whose ``instances`` list every change, with ``instance_saved_at``
+    giving the time of each. A change the head cannot take (no such fan-out, index out of
+    range) is left out of the frame and reported as an :class:`InvalidRecord` by the next
+    ``flush()``, so it never takes the rest of its batch down with it.
+    """
+
+    __slots__ = ("bytes", "changes", "early", "mixed", "rejected", "rows", "strict")
+
+    def __init__(self, owner: CheckpointLog, change: _InstanceChange) -> None:
+        super().__init__(owner)
+        self.changes = [change]
+        self.bytes = change.size
+        self.rejected: list[InvalidRecord] = []
+        self.early: tuple[FanOutHeader, ...] | None = None  # the layout rows were written by
+        self.strict = False  # a save_instances call's: all of it or nothing, takes no others
+        self.mixed = False  # changes of more than one fan-out key
+        # (fid, indices, encoded progresses) of a frame built at C speed: its rows
+        self.rows: tuple[int, list[int], list[bytes]] | None = None
+
+    @classmethod
+    def of_call(cls, owner: CheckpointLog, changes: list[_InstanceChange]) -> _InstanceSaves:
+        """One frame of a ``save_instances`` call: refused whole if the head refuses any of
+        its changes, and never joined with other calls."""
+        batch = cls(owner, changes[0])
+        batch.changes = changes
+        batch.bytes = sum(len(ch.raw) for ch in changes) + INSTANCE_OVERHEAD_BYTES * len(changes)
+        batch.strict = True
+        return batch  # one key: the call's
+
+    def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
+        return frame.instances, frame.instance_saved_at or (frame.saved_at,)
+
+    def before_lock(self, txn: WriteTxn, stream: str, sid: int) -> None:
+        """The batch's instance rows, keyed by the layout last seen, before the writers' lock
+        (the rows are this batch's own: other writers of the fan-out write other instances).
+        :meth:`build` checks the layout under the lock."""
+        self.early = None
+        layout = self.owner._layouts.get(stream)
+        if layout is None:
+            return
+        headers = _headers(layout)
+        rows = [
+            _RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw))
+            for ch in self.changes
+            if (hd := headers.get(ch.key)) is not None and 0 <= ch.index < hd.instance_count
+        ]
+        if rows:
+            write_instances(txn, sid, rows)
+            self.early = layout
+
+    def join(self, later: Any) -> bool:
+        return (
+            type(later) is _InstanceSaves
+            and not later.strict
+            and len(later.changes) == 1
+            and self.add(later.changes[0])
+        )
+
+    def add(self, value: Any) -> bool:
+        if self.strict:
+            return False
+        changes = self.changes
+        size = self.bytes + len(value.raw) + INSTANCE_OVERHEAD_BYTES
+        if len(changes) >= BATCH_CHANGES_MAX or size > self.owner.batch_bytes_max:
+            return False
+        if value.key is not changes[0].key:
+            self.mixed = True
+        changes.append(value)
+        self.bytes = size
+        return True
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> CheckpointFrame:
+        """Against the head row alone when the writer's cached head is not current (another
+        process appended, as when several share a fan-out) and no snapshot is due: the row's
+        fan-out layout is all a batch of changes needs, so nothing is caught up or reloaded
+        (O(changes), not O(instances) or O(what the others appended)). The frame is the same
+        either way."""
+        owner = self.owner
+        row = owner._row(txn, stream, sid)
+        if self.early is not None and (row is None or row.layout != self.early):
+            raise RetryableWrite(
+                f"the fan-out layout of {stream!r} changed after this batch's instance rows "
+                "were written by it (another writer saved the whole record); writing it again"
+            )
+        cached = owner._cache.get(stream)
+        if row is None or (
+            (
+                (cached is not None and cached.seq == row.seq == seq - 1)
+                or (_snapshot_due(row, seq) and not owner._paged(row))
+            )
+            and load_rows(row) <= owner.head_rows_cached_max
+        ):
+            return self._build_on_head(txn, stream, sid, seq, row)
+        # Stale, or too big to keep in memory: the next save that needs the head reloads it.
+        owner._cache.pop(stream, None)
+        frame = self._frame(stream, True, _headers(row.layout), None)
+        if row.paging_since or _snapshot_due(row, seq):
+            if not row.paging_since:  # the first page restates the rest of the record
+                k = U64.pack(sid)
+                frame = msgspec.structs.replace(
+                    frame,
+                    correlation_id=row.correlation_id,
+                    schema_version=row.schema_version,
+                    state=txn.get(BODIES, k + b"s") or b"\xc0",
+                    parent_states=txn.get(BODIES, k + b"p") or b"\x90",
+                    positions_from=0,
+                    positions=tuple(read_positions(txn, sid)),
+                )
+            frame = owner._with_page(
+                txn, sid, seq, row, frame, row.layout, row.next_fid, self.overlay(frame)
+            )
+        self.plan = (row, frame, None, False)
+        return frame
+
+    def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:
+        headers: dict[_FanOutKey, FanOutHeader] = {}
+        slots: dict[int, Slot] = {}
+        if head is not None:
+            for slot in reversed(head.slots):  # the first fan-out with the key wins
+                h = slot.header
+                headers[(h.fan_out_node_name, h.namespace, h.lineage)] = h
+                slots[h.fid] = slot
+        frame = self._frame(stream, head is not None, headers, slots)
+        assert head is not None
+        head.last_saved_at = frame.saved_at
+        head.kind = frame.kind
+        return frame, head
+
+    def _frame(
+        self,
+        stream: str,
+        found: bool,
+        headers: dict[_FanOutKey, FanOutHeader],
+        slots: dict[int, Slot] | None,
+    ) -> Save:
+        """The frame of the changes the layout takes (the rest go to ``rejected``), each also
+        applied to ``slots`` (the writer's head) when given."""
+        self.rejected = rejected = []
+        self.rows = None
+        batch = self.changes
+        key = batch[0].key
+        hd = headers.get(key)
+        if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
+            indices = [ch.index for ch in batch]
+            if min(indices) >= 0 and max(indices) < hd.instance_count:
+                raws = [ch.raw for ch in batch]
+                times = [ch.saved_at for ch in batch]
+                if slots is not None:
+                    slot = slots[hd.fid]
+                    insts = slot.instances
+                    for ch in batch:
+                        insts[ch.index] = ch.progress
+                    slot.src = None
+                self.rows = (hd.fid, indices, raws)
+                return Save(
+                    kind="fan_out_internal",
+                    saved_at=times[-1],
+                    instances=msgspec.Raw(change_array(hd.fid, indices, raws)),  # type: ignore[arg-type]
+                    instance_saved_at=tuple(times) if len(times) > 1 else (),
+                )
+        changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
+        times = []
+        for ch in self.changes:
+            hd = headers.get(ch.key)
+            if hd is None or not 0 <= ch.index < hd.instance_count:
+                rejected.append(_instance_error(stream, found, ch, hd))
+                continue
+            if slots is not None:
+                slot = slots[hd.fid]
+                slot.instances[ch.index] = ch.progress
+                slot.src = None
+            changes.append(_RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw)))
+            times.append(ch.saved_at)
+        if rejected and self.strict:  # a save_instances call: nothing of it is written
+            self.rejected = []
+            raise InvalidRecord(
+                f"{rejected[0]} (save_instances: none of this call's {len(self.changes)} "
+                "changes was saved)"
+            )
+        if not changes:
+            first = rejected[0]
+            if len(rejected) > 1:
+                first.add_note(f"{len(rejected) - 1} more save_instance call(s) were refused")
+            self.rejected = []
+            raise first
+        return Save(
+            kind="fan_out_internal",
+            saved_at=times[-1],
+            instances=tuple(changes),
+            instance_saved_at=tuple(times) if len(times) > 1 else (),
+        )
+
+    def rows_written(self) -> bool:
+        return self.early is not None or self.rows is not None
+
+    def overlay(self, frame: Save) -> dict[int, dict[int, bytes]]:
+        if self.rows is None:
+            return super().overlay(frame)
+        fid, indices, raws = self.rows
+        return {fid: dict(zip(indices, raws, strict=True))}
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        assert self.plan is not None
+        before_row, frame, head, _ = self.plan
+        if self.rows is not None and self.early is None:
+            fid, indices, raws = self.rows
+            write_instance_rows(txn, self.owner._sid_of(done), fid, indices, raws)
+        if head is None:  # built against the row alone: no head to cache
+            assert before_row is not None
+            sid = self.owner._sid_of(done)
+            write_instance_saves(
+                txn,
+                sid,
+                before_row,
+                frame,
+                seq=done.seq,
+                book=_book_after(txn, sid, before_row, frame, done),
+                rows_written=self.rows_written(),
+            )
+        else:
+            super().appended(txn, done)
+        if self.rejected:
+            self.owner._rejected.append(self)
+
+
+def _book_after(txn: WriteTxn, sid: int, before: HeadRow, frame: Save, done: Appended) -> Book:
+    """The head row's bookkeeping after ``frame``; marks a paged snapshot it completes."""
+    book, completed = book_after(book_of(before), frame, done.seq, done.stored_bytes)
+    if completed:
+        write_snapshot_mark(txn, sid, completed, done.seq)
+    return book
+
+
+def _headers(layout: Iterable[FanOutHeader]) -> dict[_FanOutKey, FanOutHeader]:
+    """Each fan-out of a layout by its key; the first fan-out with a key wins."""
+    return {(h.fan_out_node_name, h.namespace, h.lineage): h for h in reversed(tuple(layout))}
+
+
+def _instance_error(
+    stream: str, found: bool, ch: _InstanceChange, header: FanOutHeader | None
+) -> InvalidRecord:
+    name, namespace, _ = ch.key
+    if not found:
+        return InvalidRecord(
+            f"save_instance for {stream!r}: nothing is saved for this invocation; save a "
+            "record whose fan_out_progress holds the fan-out first"
+        )
+    if header is None:
+        return InvalidRecord(
+            f"save_instance for {stream!r}: the head has no fan-out {name!r} in namespace "
+            f"{namespace!r}; save a record whose fan_out_progress holds it first"
+        )
+    return InvalidRecord(
+        f"save_instance for {stream!r}: index {ch.index} is outside fan-out {name!r} "
+        f"of {header.instance_count} instances"
+    )
+
+
+class _Delete(DeferredFrame):
+    __slots__ = ("damaged", "owner", "row", "saved_at")
+
+    def __init__(self, owner: CheckpointLog, saved_at: float) -> None:
+        self.owner = owner
+        self.saved_at = saved_at
+        self.row: HeadRow | None = None
+        self.damaged = False
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Tombstone | None:
+        self.owner._sids[stream] = sid
+        try:
+            self.row = read_row(txn, sid)
+        except msgspec.DecodeError:
+            self.damaged = True  # an undecodable head row: delete must still work
+        if self.row is None and not self.damaged:
+            return None  # nothing saved (or already deleted): a no-op, nothing logged
+        return Tombstone(saved_at=self.saved_at)
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        assert self.row is not None or self.damaged
+        delete_rows(txn, self.owner._sid_of(done), self.row)
+        self.owner._cache_drop(done.stream)
