@@ -20,6 +20,7 @@ import pytest
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
+import eventlog.integrations.langgraph_blobs as blobs
 import eventlog.integrations.langgraph_store as store
 from backends import postgres
 from eventlog import views
@@ -98,13 +99,13 @@ class Thread:
 
 def frames_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
-    real = store.read_frame
+    real = blobs.read_frame
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         seen.append(args[3])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store, "read_frame", counting)
+    monkeypatch.setattr(blobs, "read_frame", counting)  # as BlobReader looks it up
     return seen
 
 

@@ -2,9 +2,10 @@
 
 ``get_tuple`` (latest and by id) and each item of ``list`` must decode a number of frames
 bounded by a constant, whatever the thread's length: delta chains are bounded (keyframes) and
-``list`` reuses what it already read. Counted at the frame reader (``langgraph_store.
-read_frame``) on LMDB and on PostgreSQL, for a small state (a growing list, appended) and a
-large one (a 64 KiB document edited a little each step, patched).
+``list`` reuses what it already read. Counted at the frame reader
+(``read_frame``, where ``langgraph_blobs`` looks it up) on LMDB and on PostgreSQL, for a small
+state (a growing list, appended) and a large one (a 64 KiB document edited a little each step,
+patched).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-import eventlog.integrations.langgraph_store as store
+import eventlog.integrations.langgraph_blobs as blobs
 from eventlog.frames import BLOB_APPEND, BLOB_FULL, LgBlob, LgCheckpoint
 from eventlog.integrations.langgraph import CkptlogSaver, LmdbSaver
 
@@ -99,13 +100,13 @@ def build(
 class Counter:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.n = 0
-        real = store.read_frame
+        real = blobs.read_frame
 
         def counting(*args: Any, **kwargs: Any) -> Any:
             self.n += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(store, "read_frame", counting)
+        monkeypatch.setattr(blobs, "read_frame", counting)
 
     def __call__(self, read: Callable[[], Any]) -> tuple[int, Any]:
         self.n = 0

@@ -41,42 +41,46 @@ import asyncio
 import collections
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Final
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-    PendingWrite,
     get_checkpoint_metadata,
-    writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from backends.base import Backend, Durability, ReadTxn
-from eventlog.errors import CorruptFrame, InvalidCheckpoint, InvalidConfig, InvalidPruneStrategy
+from eventlog.errors import (
+    CorruptFrame,
+    InvalidCheckpoint,  # noqa: F401 - re-exported (raised by the reads)
+    InvalidConfig,
+    InvalidPruneStrategy,
+)
 from eventlog.frames import (
     Frame,
     LgCheckpoint,
     LgWrite,
     LgWrites,
 )
+from eventlog.integrations.langgraph_reads import (
+    LIST_CHUNK,  # noqa: F401 - re-exported
+    SaverReads,
+    _check_str,
+    _check_versions,
+    _config,
+    _ids,
+    _plain_versions,
+)
 from eventlog.integrations.langgraph_store import (
     RUNS,
     TABLES,
-    BlobReader,
-    Chain,
     CopiedFrame,
-    LatestRow,
-    LatestWrites,
     Memos,
     Patches,
     PutFrame,
@@ -84,120 +88,31 @@ from eventlog.integrations.langgraph_store import (
     ViewFrame,
     WritesFrame,
     checkpoint_rows,
-    kept_chain,
     latest_checkpoint,
-    materialize,
     parse_stream_key,
     plan_blob,
     read_checkpoint_row,
-    read_latest,
     run_prefix,
     split_run_key,
-    stream_id,
     stream_ids,
     stream_key,
     stream_name,
     thread_key,
     verify_views,
-    write_rows,
 )
 from eventlog.log import Appended, EventLog, stream_key_bytes
 from eventlog.reports import Stats, VerifyReport
-from eventlog.validate import is_int
-from projections.langgraph import CkptRow, compaction_plan
+from projections.langgraph import compaction_plan
 
-LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
 PRUNE_STRATEGIES: Final = ("keep_latest", "delete")
 
 LOG_FRAME_TYPE: Any = Frame  # includes the LangGraph kinds
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """A checkpoint tuple's parts as read in a transaction, not yet decoded."""
-
-    key: tuple[str, str, int]
-    cid: str
-    row: CkptRow
-    checkpoint_type: str
-    checkpoint: bytes
-    versions: Mapping[str, str | int | float]
-    chains: list[tuple[str, Chain]]
-    writes: list[tuple[str, LgWrite]]
-
-
-def _configurable(config: Any, what: str) -> Any:
-    """``config['configurable']`` (``{}`` when absent); :class:`InvalidConfig` for a config
-    that is not a mapping, or whose ``configurable`` is not one."""
-    if config is None:
-        return {}
-    conf = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(config, Mapping) or not (conf is None or isinstance(conf, Mapping)):
-        raise InvalidConfig(
-            f"{what}: config must be a dict like {{'configurable': {{'thread_id': ...}}}}, "
-            f"found {type(config).__name__} {str(config)[:80]!r}; pass a RunnableConfig"
-        )
-    return conf or {}
-
-
-def _ids(config: RunnableConfig | None, what: str) -> tuple[str, str, str | None]:
-    conf = _configurable(config, what)
-    tid = conf.get("thread_id")
-    if tid is None or tid == "":
-        raise InvalidConfig(
-            f"{what}: config['configurable']['thread_id'] is missing; pass "
-            "{'configurable': {'thread_id': ...}} (LangGraph needs a thread id to checkpoint)"
-        )
-    ns = conf.get("checkpoint_ns") or ""
-    cid = conf.get("checkpoint_id") or None
-    return str(tid), str(ns), None if cid is None else str(cid)
-
-
-def _check_str(value: Any, where: str) -> None:
-    if not isinstance(value, str):
-        raise InvalidCheckpoint(
-            f"{where} must be a str, got {type(value).__name__} {value!r}; nothing was saved"
-        )
-
-
-def _check_versions(versions: Mapping[str, Any], where: str) -> None:
-    """``new_versions``: str channels, plain versions (stored as typed as they are)."""
-    for channel, version in versions.items():
-        _check_str(channel, f"{where} key {channel!r}")
-        if not (isinstance(version, (str, float)) or is_int(version)):
-            raise InvalidCheckpoint(
-                f"{where}[{channel!r}] is a {type(version).__name__} ({version!r}); LangGraph "
-                "versions are str, int or float: use the saver's get_next_version"
-            )
-
-
-def _plain_versions(versions: Mapping[str, Any]) -> dict[str, str | int | float]:
-    out: dict[str, str | int | float] = {}
-    for channel, version in versions.items():
-        if type(version) not in (str, int, float) or (type(version) is int and not is_int(version)):
-            raise InvalidCheckpoint(
-                f"channel_versions[{channel!r}] is a {type(version).__name__} "
-                f"({version!r}); LangGraph versions are str, int or float: use the saver's "
-                "get_next_version"
-            )
-        out[str(channel)] = version
-    return out
-
-
-def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
 # -- the saver ---------------------------------------------------------------------------------
 
 
-class CkptlogSaver(BaseCheckpointSaver[str]):
+class CkptlogSaver(SaverReads):
     """LangGraph checkpoints as frames of an append-only log (LMDB by default).
 
     Thread-safe. Use one saver per process and path (LMDB opens an environment once per
@@ -592,333 +507,6 @@ class CkptlogSaver(BaseCheckpointSaver[str]):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         ops = await asyncio.to_thread(self._copy_ops, source_thread_id, target_thread_id)
         await self._arun(ops)
-
-    # -- reading -------------------------------------------------------------------------------
-
-    def _read(
-        self,
-        key: tuple[str, str, int],
-        cid: str,
-        row: CkptRow,
-        reader: BlobReader,
-    ) -> _Read:
-        """What the tuple of checkpoint ``cid`` is built from, read in ``reader`` 's transaction:
-        its frame, each channel's blob chain, its writes. A reader shared by the tuples of a
-        stream (``list``) reads each keyframe once for all of them."""
-        tid = key[0]
-        frame = reader.frame(row.seq)
-        if not isinstance(frame, LgCheckpoint) or frame.checkpoint_id != cid:
-            raise CorruptFrame(
-                f"checkpoint {cid!r} of thread {tid!r}: its index points at seq {row.seq}, "
-                "which holds another frame; run LmdbSaver.verify()",
-                seq=row.seq,
-            )
-        chains = []
-        for channel, version in frame.versions.items():
-            chain = reader.chain(channel, version)
-            if chain is not None:
-                chains.append((channel, chain))
-        return _Read(
-            key, cid, row, frame.checkpoint_type, frame.checkpoint, frame.versions, chains,
-            self._writes(reader, cid),
-        )  # fmt: skip
-
-    def _build(self, read: _Read, serde: SerializerProtocol) -> CheckpointTuple:
-        """The tuple, decoded outside the transaction (so ``list`` holds raw bytes only)."""
-        tid, ns, sid = read.key
-        row, loads = read.row, serde.loads_typed
-        body = loads((read.checkpoint_type, read.checkpoint))
-        body["channel_versions"] = dict(read.versions)
-        values = {ch: materialize(sid, chain, loads, self._patches) for ch, chain in read.chains}
-        checkpoint: Checkpoint = {**body, "channel_values": values}  # type: ignore[typeddict-item]
-        return CheckpointTuple(
-            config=_config(tid, ns, read.cid),
-            checkpoint=checkpoint,
-            metadata=loads((row.metadata_type, row.metadata)),
-            parent_config=None if row.parent_id is None else _config(tid, ns, row.parent_id),
-            pending_writes=[(task, w.channel, loads((w.type, w.data))) for task, w in read.writes],
-        )
-
-    @staticmethod
-    def _writes(reader: BlobReader, cid: str) -> list[tuple[str, LgWrite]]:
-        """The writes stored against ``cid``, in ``writes_sort_key`` order."""
-        rows = write_rows(reader.txn, reader.sid, cid)
-        rows.sort(key=lambda r: writes_sort_key(r[2].task_path, r[0], r[1]))
-        out: list[tuple[str, LgWrite]] = []
-        for task, idx, row in rows:
-            frame = reader.frame(row.seq)
-            if (
-                not isinstance(frame, LgWrites)
-                or row.pos >= len(frame.writes)
-                or frame.writes[row.pos].idx != idx
-                or frame.task_id != task
-            ):
-                raise CorruptFrame(
-                    f"write ({task!r}, {idx}) of checkpoint {cid!r}: its index points at seq "
-                    f"{row.seq} position {row.pos}, which holds another write; run verify()",
-                    seq=row.seq,
-                )
-            out.append((task, frame.writes[row.pos]))
-        return out
-
-    def _pending_writes(
-        self,
-        reader: BlobReader,
-        serde: SerializerProtocol,
-        cid: str,
-        channels: set[str] | None,
-    ) -> list[PendingWrite]:
-        """The writes stored against ``cid`` in ``writes_sort_key`` order (of ``channels``)."""
-        return [
-            (task, w.channel, serde.loads_typed((w.type, w.data)))
-            for task, w in self._writes(reader, cid)
-            if channels is None or w.channel in channels
-        ]
-
-    def _reader(self, txn: ReadTxn, sid: int, serde: SerializerProtocol) -> BlobReader:
-        return BlobReader(self.log, txn, sid, serde.loads_typed, self._patches)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint named by ``checkpoint_id`` (else the newest one) of the namespace."""
-        tid, ns, cid = _ids(config, "get_tuple")
-        serde = self.serde
-        if cid is None:  # its rows alone, in one statement (one round trip on PostgreSQL)
-            got = read_latest(self.log.backend, thread_key(tid, ns))
-            if (
-                got is not None
-                and got[1] is not None
-                and got[1].checkpoint_id == got[0].checkpoint_id
-            ):
-                read = self._latest_read(tid, ns, got[0], self._kept_writes(got[1]))
-                return self._build(read, serde)
-        with self.log.backend.read() as txn:
-            if cid is None:
-                fast = self._read_latest(txn, tid, ns)
-                if fast is not None:
-                    return self._build(fast, serde)
-            sid = stream_id(txn, tid, ns)
-            if sid is None:
-                return None
-            if cid is None:
-                latest = latest_checkpoint(txn, sid)
-                if latest is None:
-                    return None
-                cid, row = latest
-            else:
-                found = read_checkpoint_row(txn, sid, cid)
-                if found is None:
-                    return None
-                row = found
-            read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
-        return self._build(read, serde)
-
-    def _read_latest(self, txn: ReadTxn, tid: str, ns: str) -> _Read | None:
-        """The newest checkpoint from its ``lg_latest`` rows (one read, no frame decoded when
-        its writes are kept too); ``None`` when the stream has none (then the other tables)."""
-        got = read_latest(txn, thread_key(tid, ns))
-        if got is None:
-            return None
-        lr, lw = got
-        if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
-            return self._latest_read(tid, ns, lr, self._kept_writes(lw))
-        reader = self._reader(txn, lr.sid, self.serde)
-        return self._latest_read(tid, ns, lr, self._writes(reader, lr.checkpoint_id))
-
-    @staticmethod
-    def _kept_writes(lw: LatestWrites) -> list[tuple[str, LgWrite]]:
-        writes = sorted(lw.writes, key=lambda w: writes_sort_key(w[1], w[0], w[2].idx))
-        return [(task, w) for task, _, w in writes]
-
-    def _latest_read(
-        self, tid: str, ns: str, lr: LatestRow, pending: list[tuple[str, LgWrite]]
-    ) -> _Read:
-        return _Read(
-            (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
-            lr.versions,
-            [(ch, kept_chain(lr.sid, c, self._patches)) for ch, c in lr.values if c],
-            pending,
-        )  # fmt: skip
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    def _list_keys(
-        self,
-        txn: ReadTxn,
-        config: RunnableConfig | None,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> list[tuple[tuple[str, str, int], str, CkptRow]]:
-        """Which checkpoints ``list`` yields, newest first: ``((thread, ns, sid), id, row)``."""
-        if limit is not None and limit <= 0:
-            return []
-        only_id: str | None = None
-        thread: str | None = None
-        ns: str | None = None
-        conf = _configurable(config, "list")
-        if conf.get("thread_id") is not None:
-            thread, _, only_id = _ids(config, "list")
-        if conf.get("checkpoint_ns") is not None:
-            ns = str(conf["checkpoint_ns"])
-        before_id = None
-        if before is not None:
-            before_id = (before.get("configurable") or {}).get("checkpoint_id") or None
-        serde = self.serde
-        found: list[tuple[tuple[str, str, int], str, CkptRow]] = []
-        streams = [s for s in stream_ids(txn, thread) if ns is None or s[1] == ns]
-        for s in streams:
-            taken = 0
-            for cid, row in checkpoint_rows(txn, s[2], before=before_id):
-                if only_id is not None and cid != only_id:
-                    continue
-                if filter:
-                    md = serde.loads_typed((row.metadata_type, row.metadata))
-                    if not all(md.get(k) == v for k, v in filter.items()):
-                        continue
-                found.append((s, cid, row))
-                taken += 1
-                if limit is not None and taken >= limit:
-                    break  # no later row of this stream can make the cut
-        if len(streams) > 1:
-            found.sort(key=lambda f: f[1], reverse=True)
-        return found if limit is None else found[:limit]
-
-    def _reads(
-        self, txn: ReadTxn, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow | None]]
-    ) -> list[_Read]:
-        """The reads of ``keys`` in ``txn``; a ``None`` row is read again (skipped if gone)."""
-        serde = self.serde
-        out: list[_Read] = []
-        readers: dict[int, BlobReader] = {}
-        for key, cid, known in keys:
-            row = known if known is not None else read_checkpoint_row(txn, key[2], cid)
-            if row is None:  # removed since it was listed
-                continue
-            reader = readers.get(key[2])
-            if reader is None:
-                reader = readers[key[2]] = self._reader(txn, key[2], serde)
-            out.append(self._read(key, cid, row, reader))
-        return out
-
-    def _list_first(
-        self,
-        config: RunnableConfig | None,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> tuple[list[tuple[tuple[str, str, int], str, CkptRow]], list[_Read]]:
-        """Every key ``list`` yields, and the reads of the first chunk, in one transaction."""
-        with self.log.backend.read() as txn:
-            keys = self._list_keys(txn, config, filter, before, limit)
-            return keys, self._reads(txn, keys[:LIST_CHUNK])
-
-    def _load_many(self, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow]]) -> list[_Read]:
-        """Reads of a later chunk (a new transaction: rows are read again)."""
-        with self.log.backend.read() as txn:
-            return self._reads(txn, [(key, cid, None) for key, cid, _ in keys])
-
-    def _built(self, reads: Sequence[_Read]) -> list[CheckpointTuple]:
-        serde = self.serde
-        return [self._build(read, serde) for read in reads]
-
-    def _chunk_built(
-        self, keys: Sequence[tuple[tuple[str, str, int], str, CkptRow]]
-    ) -> list[CheckpointTuple]:
-        return self._built(self._load_many(keys))
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first. ``config=None``: every thread; a config without
-        ``checkpoint_ns``: every namespace of the thread; ``filter`` matches metadata.
-
-        Read ``LIST_CHUNK`` checkpoints per transaction, each decoded as it is yielded."""
-        keys, reads = self._list_first(config, filter, before, limit)
-        serde = self.serde
-        for read in reads:
-            yield self._build(read, serde)
-        for i in range(LIST_CHUNK, len(keys), LIST_CHUNK):
-            for read in self._load_many(keys[i : i + LIST_CHUNK]):
-                yield self._build(read, serde)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        keys, reads = await asyncio.to_thread(self._list_first, config, filter, before, limit)
-        for tup in await asyncio.to_thread(self._built, reads):
-            yield tup
-        for i in range(LIST_CHUNK, len(keys), LIST_CHUNK):
-            for tup in await asyncio.to_thread(self._chunk_built, keys[i : i + LIST_CHUNK]):
-                yield tup
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        """The writes of ``channels`` along the parent chain and their seeds, in one read
-        transaction (the base class calls ``get_tuple`` per ancestor, loading every channel)."""
-        if not channels:
-            return {}
-        tid, ns, cid = _ids(config, "get_delta_channel_history")
-        serde = self.serde
-        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
-        seeds: dict[str, Any] = {}
-        remaining = set(channels)
-        with self.log.backend.read() as txn:
-            sid = stream_id(txn, tid, ns)
-            target = None
-            if sid is not None:
-                if cid is None:
-                    latest = latest_checkpoint(txn, sid)
-                    target = None if latest is None else latest[1]
-                else:
-                    target = read_checkpoint_row(txn, sid, cid)
-            if sid is not None and target is not None:
-                reader = self._reader(txn, sid, serde)
-                seen: set[str] = set()
-                parent = target.parent_id
-                while remaining and parent is not None and parent not in seen:
-                    seen.add(parent)
-                    row = read_checkpoint_row(txn, sid, parent)
-                    if row is None:
-                        break
-                    versions = reader.versions(row.seq)
-                    here: dict[str, Any] = {}
-                    for ch in remaining:
-                        if ch in versions:
-                            found, value = reader.value(ch, versions[ch])
-                            if found:
-                                here[ch] = value
-                    writes = self._pending_writes(reader, serde, parent, remaining)
-                    for w in reversed(writes):
-                        collected[w[1]].append(w)
-                    seeds.update(here)
-                    remaining -= here.keys()
-                    parent = row.parent_id
-        result: dict[str, DeltaChannelHistory] = {}
-        for ch in channels:
-            entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
-            if ch in seeds:
-                entry["seed"] = seeds[ch]
-            result[ch] = entry
-        return result
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return await asyncio.to_thread(
-            lambda: self.get_delta_channel_history(config=config, channels=channels)
-        )
 
 
 LmdbSaver = CkptlogSaver  # the first name, kept: LmdbSaver.open(url) works on PostgreSQL too

@@ -1,0 +1,365 @@
+"""LangGraph write path: the frames built in the write transaction (:class:`PutFrame`,
+:class:`WritesFrame`, :class:`RemoveFrame`, :class:`CopiedFrame`) and ``lg_latest`` upkeep.
+
+Part of :mod:`eventlog.integrations.langgraph_store` (which re-exports it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from backends.base import WriteTxn
+from eventlog.errors import CheckpointError
+from eventlog.frames import (
+    BLOB_APPEND,
+    BLOB_EMPTY,
+    BLOB_FULL,
+    BLOB_PATCH,
+    LgBlob,
+    LgCheckpoint,
+    LgRemove,
+    LgWrites,
+)
+from eventlog.integrations.langgraph_blobs import (
+    BlobReader,
+    Chain,
+    Memo,
+    Patches,
+    Pending,
+    full_blob,
+)
+from eventlog.integrations.langgraph_rows import (
+    BLOBS,
+    CHECKPOINTS,
+    LATEST,
+    THREADS,
+    WRITES,
+    LatestRow,
+    LatestWrites,
+    Serde,
+    _dec_latest,
+    _dec_latest_writes,
+    _enc,
+    apply_rows,
+    blob_key,
+    checkpoint_key,
+    drop_latest,
+    latest_checkpoint,
+    latest_key,
+    latest_writes_key,
+    write_key,
+    writes_prefix,
+)
+from eventlog.layout import U64
+from eventlog.log import Appended, DeferredFrame, EventLog
+from projections.langgraph import (
+    checkpoint_row,
+    rebase,
+    version_key,
+)
+
+# -- writing: frames built in the write transaction -------------------------------------------
+
+
+class ViewFrame(DeferredFrame):
+    """A frame whose views are updated by :func:`apply_rows` in the same transaction."""
+
+    def __init__(self, tkey: bytes) -> None:
+        self.tkey = tkey
+        self.sid = 0
+        self.frame: Any = None
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        apply_rows(txn, self.sid, done.seq, self.frame, self.tkey)
+
+
+class PutFrame(ViewFrame):
+    def __init__(
+        self,
+        tkey: bytes,
+        head: LgCheckpoint,
+        pending: list[Pending],
+        serde: Serde,
+        log: EventLog | None = None,
+    ) -> None:
+        """``log``: where keeping ``lg_latest`` reads a channel it cannot take from the put or
+        the previous row (without it the put drops the stream's latest rows)."""
+        super().__init__(tkey)
+        self.head = head
+        self.pending = pending
+        self.serde = serde
+        self.log = log
+        self.memos: list[tuple[str, Memo | None]] = []
+        self.fulls: list[tuple[str, tuple[str, bytes]]] = []  # channels stored whole or patched
+
+    def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
+        for planned in self.pending:
+            blob = planned.blob
+            if blob.kind in (BLOB_APPEND, BLOB_PATCH):
+                yield BLOBS, blob_key(sid, blob.channel, planned.base_vkey)
+        yield CHECKPOINTS, checkpoint_key(sid, self.head.checkpoint_id)  # for apply_rows
+        yield LATEST, latest_key(self.tkey)
+        yield LATEST, latest_writes_key(self.tkey)
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        super().appended(txn, done)
+        log, sid = self.log, self.sid
+        if log is None or not isinstance(self.frame, LgCheckpoint):
+            drop_latest(txn, self.tkey)
+            return
+
+        def reader() -> BlobReader:  # keeps nothing: chains as stored, as verify reads them
+            return BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+
+        keep_latest(txn, self.frame, sid, self.tkey, done.seq, reader)
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
+        blobs: list[LgBlob] = []
+        memos: list[tuple[str, Memo | None]] = []
+        fulls: list[tuple[str, tuple[str, bytes]]] = []
+        for planned in self.pending:
+            p, blob = planned, planned.blob
+            if blob.kind in (BLOB_APPEND, BLOB_PATCH) and txn.get(
+                BLOBS, blob_key(sid, blob.channel, p.base_vkey)
+            ) != U64.pack(blob.base):
+                # The base is gone (thread deleted, version re-put): store the value in full.
+                p = full_blob(
+                    blob.channel, blob.version, version_key(blob.version), p.value, self.serde
+                )
+            blobs.append(p.blob)
+            memos.append((p.blob.channel, p.memo))
+            if p.full is not None:
+                fulls.append((p.blob.channel, p.full))
+        frame = msgspec.structs.replace(self.head, blobs=tuple(blobs))
+        self.sid, self.memos, self.fulls, self.frame = sid, memos, fulls, frame
+        return frame
+
+
+def keep_latest(
+    txn: WriteTxn,
+    frame: LgCheckpoint,
+    sid: int,
+    tkey: bytes,
+    seq: int,
+    make_reader: Callable[[], BlobReader],
+) -> None:
+    """Update ``lg_latest`` for the checkpoint ``frame`` just stored at ``seq`` (its rows are
+    applied). Each channel's chain (the blobs :meth:`BlobReader.chain` reads: a full value, or
+    a delta and its keyframe) comes from the frame's own blob and the previous row's keyframe,
+    from the previous row when unchanged, and failing those from the blob index through
+    ``make_reader()`` (after a fallback). Drops the rows when it cannot read what it needs.
+    The writer, ``rebuild`` and compaction run it alike (with the frames each can read)."""
+    cid = frame.checkpoint_id
+    raw = txn.get(LATEST, latest_key(tkey))
+    prev = None if raw is None else _dec_latest.decode(raw)
+    if prev is not None and cid < prev.checkpoint_id:
+        # An older checkpoint: the newest one is unchanged, unless this put re-stored a
+        # channel version that it reads.
+        if any(
+            b.channel in prev.versions
+            and version_key(prev.versions[b.channel]) == version_key(b.version)
+            for b in frame.blobs
+        ):
+            drop_latest(txn, tkey)
+        return
+    if prev is None:
+        top = latest_checkpoint(txn, sid)
+        if top is None or top[0] != cid:
+            return  # not the newest: the rows stay absent (readers fall back)
+    mine = {b.channel: b for b in frame.blobs}
+    reader: BlobReader | None = None
+    values: list[tuple[str, Chain]] = []
+    try:
+        for channel, version in frame.versions.items():
+            chain = _known_chain(channel, version, mine.get(channel), seq, prev)
+            if chain is None:
+                if reader is None:
+                    reader = make_reader()
+                chain = reader.chain(channel, version) or ()
+            values.append((channel, chain))
+    except CheckpointError:  # a frame it would read is damaged: readers fall back (and fail)
+        drop_latest(txn, tkey)
+        return
+    row = checkpoint_row(seq, frame)
+    latest = LatestRow(
+        sid, cid, row, frame.checkpoint_type, frame.checkpoint, dict(frame.versions),
+        tuple(values),
+    )  # fmt: skip
+    txn.put(LATEST, latest_key(tkey), _enc.encode(latest))
+    if next(iter(txn.scan_prefix(WRITES, writes_prefix(sid, cid), limit=1)), None) is None:
+        txn.put(LATEST, latest_writes_key(tkey), _enc.encode(LatestWrites(cid, ())))
+    else:  # writes stored before (a re-put): readers read them from the write rows
+        txn.delete(LATEST, latest_writes_key(tkey))
+
+
+def _known_chain(
+    channel: str,
+    version: str | int | float,
+    b: LgBlob | None,
+    seq: int,
+    prev: LatestRow | None,
+) -> Chain | None:
+    """A channel's chain from the put's own blob (``b``, at ``seq``: a full value, or a delta
+    whose keyframe ends the previous row's chain) or the previous latest row, ``None`` when
+    neither has it (then the blob index is read)."""
+    if b is not None:
+        if b.kind == BLOB_EMPTY:
+            return ()
+        if b.kind == BLOB_FULL:
+            return ((seq, b),)
+        if prev is not None and b.kind in (BLOB_APPEND, BLOB_PATCH):
+            for ch, base in prev.values:
+                if ch == channel and base and base[-1][0] == b.base:
+                    return ((seq, b), base[-1])
+        return None
+    if prev is None or channel not in prev.versions:
+        return None
+    if version_key(prev.versions[channel]) != version_key(version):
+        return None
+    for ch, chain in prev.values:
+        if ch == channel:
+            return chain
+    return None
+
+
+def _no_loads(data: tuple[str, bytes]) -> Any:
+    raise AssertionError("keep_latest resolves bytes only")
+
+
+class WritesFrame(ViewFrame):
+    def __init__(self, tkey: bytes, frame: LgWrites) -> None:
+        super().__init__(tkey)
+        self.planned = frame
+
+    def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
+        f = self.planned
+        return [
+            *(
+                (WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx))
+                for w in f.writes
+                if w.idx >= 0
+            ),
+            (LATEST, latest_writes_key(self.tkey)),
+        ]
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgWrites | None:
+        f = self.planned
+        keep = tuple(
+            w
+            for w in f.writes
+            if w.idx < 0
+            or txn.get(WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx)) is None
+        )
+        if not keep:
+            return None  # every write is already stored: nothing to append
+        self.sid = sid
+        frame = (
+            f
+            if len(keep) == len(f.writes)
+            else LgWrites(
+                checkpoint_id=f.checkpoint_id,
+                task_id=f.task_id,
+                task_path=f.task_path,
+                writes=keep,
+                saved_at=f.saved_at,
+            )
+        )
+        self.frame = frame
+        return frame
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        super().appended(txn, done)
+        if isinstance(self.frame, LgWrites):
+            keep_latest_writes(txn, self.tkey, self.frame)
+
+
+def keep_latest_writes(txn: WriteTxn, tkey: bytes, frame: LgWrites) -> None:
+    """Add the writes of ``frame`` (its rows applied) to the ``lg_latest`` writes row when they
+    belong to its checkpoint (an upsert, as the write rows are)."""
+    raw = txn.get(LATEST, latest_writes_key(tkey))
+    if raw is None:
+        return
+    lw = _dec_latest_writes.decode(raw)
+    if lw.checkpoint_id != frame.checkpoint_id:
+        return
+    kept = {(task, w.idx): (task, path, w) for task, path, w in lw.writes}
+    for w in frame.writes:
+        kept[frame.task_id, w.idx] = (frame.task_id, frame.task_path, w)
+    out = LatestWrites(lw.checkpoint_id, tuple(kept.values()))
+    txn.put(LATEST, latest_writes_key(tkey), _enc.encode(out))
+
+
+class RemoveFrame(ViewFrame):
+    def __init__(self, tkey: bytes, ids: tuple[str, ...] | None, reason: str) -> None:
+        super().__init__(tkey)
+        self.ids = ids
+        self.reason = reason
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgRemove | None:
+        ids = self.ids
+        if ids is None:
+            if txn.get(THREADS, self.tkey) is None:
+                return None  # nothing stored: a no-op, nothing logged
+        else:
+            ids = tuple(
+                cid
+                for cid in ids
+                if txn.get(CHECKPOINTS, checkpoint_key(sid, cid)) is not None
+                or next(iter(txn.scan_prefix(WRITES, writes_prefix(sid, cid), limit=1)), None)
+            )
+            if not ids:
+                return None
+        frame = LgRemove(checkpoint_ids=ids, reason=self.reason, saved_at=time.time())
+        self.sid, self.frame = sid, frame
+        return frame
+
+
+class CopiedFrame(ViewFrame):
+    """A frame of another stream (or log) appended here, its delta bases renamed through
+    ``seqs`` (source seq -> seq here), which it extends once appended. ``copy_thread`` uses it;
+    so can a compactor (see :func:`projections.langgraph.compaction_plan`)."""
+
+    def __init__(
+        self,
+        tkey: bytes,
+        frame: Any,
+        src_seq: int,
+        seqs: dict[int, int],
+        log: EventLog | None = None,
+    ) -> None:
+        super().__init__(tkey)
+        self.src = frame
+        self.src_seq = src_seq
+        self.seqs = seqs
+        self.log = log
+
+    def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
+        try:
+            frame = rebase(self.src, self.seqs)
+        except KeyError as e:
+            raise CheckpointError(
+                f"copy to {stream!r}: a delta base (seq {e.args[0]} of the source) was not "
+                "copied before the frame that needs it; copy the whole live stream, in order"
+            ) from e
+        self.sid, self.frame = sid, frame
+        return frame
+
+    def appended(self, txn: WriteTxn, done: Appended) -> None:
+        self.seqs[self.src_seq] = done.seq
+        super().appended(txn, done)
+        frame, log, sid = self.frame, self.log, self.sid
+        if isinstance(frame, LgWrites):
+            keep_latest_writes(txn, self.tkey, frame)
+        elif isinstance(frame, LgCheckpoint):
+            if log is None:
+                drop_latest(txn, self.tkey)
+                return
+
+            def reader() -> BlobReader:
+                return BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+
+            keep_latest(txn, frame, sid, self.tkey, done.seq, reader)

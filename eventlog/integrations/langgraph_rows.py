@@ -1,0 +1,351 @@
+"""LangGraph views: table names, keys, and the row and frame readers.
+
+Part of :mod:`eventlog.integrations.langgraph_store` (which re-exports it; the tables and
+invariants are described there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from backends.base import Backend, ReadTxn, WriteTxn
+from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.frames import (
+    LgBlob,
+    LgCheckpoint,
+    LgRemove,
+    LgWrite,
+    LgWrites,
+)
+from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U16, U32, U64, U64X2, s16, utf8
+from eventlog.log import EventLog
+from projections.langgraph import (
+    CkptRow,
+    StreamView,
+    WriteRow,
+    checkpoint_row,
+    version_key,
+)
+
+THREADS: Final = "lg_threads"
+CHECKPOINTS: Final = "lg_checkpoints"
+BLOBS: Final = "lg_blobs"
+WRITES: Final = "lg_writes"
+RUNS: Final = "lg_runs"
+LATEST: Final = "lg_latest"
+TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS, LATEST)
+VIEW_TABLES: Final = (CHECKPOINTS, BLOBS, WRITES)  # keyed by sid first
+
+STREAM_PREFIX: Final = "lg:"
+CHAIN_READ_MAX: Final = 4096  # a longer chain on read is corruption (logs written before
+# keyframes chained up to 256 deltas; now every delta's base is a full blob)
+IDX_BIAS: Final = 1 << 31
+
+KEYFRAME_EVERY: Final = 16  # delta blobs (each against the keyframe) before a full one again
+CHAIN_RATIO: Final = 2  # ... or once the deltas since the keyframe outweigh it this much
+PATCH_MIN_BYTES: Final = 2048  # smaller values are stored in full (a patch would not pay)
+MEMO_ENTRIES_MAX: Final = 4096  # (stream, channel) pairs whose last blob this process remembers
+MEMO_BYTES_MAX: Final = 64 << 20  # bytes of values (and patch bases) that memos keep alive
+
+
+class Serde(Protocol):
+    """LangGraph's ``SerializerProtocol``, as much of it as the storage uses."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]: ...
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any: ...
+
+
+_enc = msgspec.msgpack.Encoder()
+_dec_ckpt = msgspec.msgpack.Decoder(CkptRow)
+_dec_write = msgspec.msgpack.Decoder(WriteRow)
+
+
+class LatestRow(msgspec.Struct, frozen=True, array_like=True):
+    """The newest checkpoint of a stream, ready to return: its row, body, versions and each
+    channel's resolved chain (appends then one full blob; ``()``: the channel has no value)."""
+
+    sid: int
+    checkpoint_id: str
+    row: CkptRow
+    checkpoint_type: str
+    checkpoint: bytes
+    versions: dict[str, str | int | float]
+    values: tuple[tuple[str, tuple[tuple[int, LgBlob], ...]], ...]
+
+
+class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
+    """The writes stored against ``checkpoint_id``: ``(task id, task path, write)``."""
+
+    checkpoint_id: str
+    writes: tuple[tuple[str, str, LgWrite], ...]
+
+
+_dec_latest = msgspec.msgpack.Decoder(LatestRow)
+_dec_latest_writes = msgspec.msgpack.Decoder(LatestWrites)
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+_utf8 = utf8
+_s16 = s16
+
+
+def stream_key(thread_id: str, checkpoint_ns: str) -> str:
+    return f"{STREAM_PREFIX}{len(thread_id)}:{thread_id}:{checkpoint_ns}"
+
+
+def parse_stream_key(key: str) -> tuple[str, str] | None:
+    """``(thread_id, checkpoint_ns)`` of a LangGraph stream key, ``None`` for other streams."""
+    if not key.startswith(STREAM_PREFIX):
+        return None
+    head, sep, rest = key[len(STREAM_PREFIX) :].partition(":")
+    if not sep or not head.isdigit():
+        return None
+    n = int(head)
+    if len(rest) < n + 1 or rest[n] != ":":
+        return None
+    return rest[:n], rest[n + 1 :]
+
+
+def thread_prefix(thread_id: str) -> bytes:
+    return _s16(thread_id)
+
+
+def thread_key(thread_id: str, checkpoint_ns: str) -> bytes:
+    return _s16(thread_id) + _utf8(checkpoint_ns)
+
+
+def split_thread_key(key: bytes) -> tuple[str, str]:
+    n = U16.unpack_from(key)[0]
+    return (
+        key[2 : 2 + n].decode("utf-8", "surrogatepass"),
+        key[2 + n :].decode("utf-8", "surrogatepass"),
+    )
+
+
+def checkpoint_key(sid: int, checkpoint_id: str) -> bytes:
+    return U64.pack(sid) + _utf8(checkpoint_id)
+
+
+def blob_key(sid: int, channel: str, vkey: bytes) -> bytes:
+    return U64.pack(sid) + _s16(channel) + vkey
+
+
+def writes_prefix(sid: int, checkpoint_id: str) -> bytes:
+    return U64.pack(sid) + _s16(checkpoint_id)
+
+
+def write_key(sid: int, checkpoint_id: str, task_id: str, idx: int) -> bytes:
+    return writes_prefix(sid, checkpoint_id) + _s16(task_id) + U32.pack(idx + IDX_BIAS)
+
+
+def split_write_key(key: bytes) -> tuple[str, str, int]:
+    """``(checkpoint id, task id, idx)`` of a ``lg_writes`` key (after the 8-byte sid)."""
+    at = 8
+    n = U16.unpack_from(key, at)[0]
+    cid = key[at + 2 : at + 2 + n].decode("utf-8", "surrogatepass")
+    at += 2 + n
+    n = U16.unpack_from(key, at)[0]
+    task = key[at + 2 : at + 2 + n].decode("utf-8", "surrogatepass")
+    at += 2 + n
+    return cid, task, U32.unpack_from(key, at)[0] - IDX_BIAS
+
+
+def latest_key(tkey: bytes) -> bytes:
+    return b"c" + tkey
+
+
+def latest_writes_key(tkey: bytes) -> bytes:
+    return b"w" + tkey
+
+
+def read_latest(
+    txn: ReadTxn | Backend, tkey: bytes
+) -> tuple[LatestRow, LatestWrites | None] | None:
+    """The ``lg_latest`` rows of a stream (one round trip; given a backend, in a transaction of
+    their own), ``None`` when its row is absent."""
+    keys = [latest_key(tkey), latest_writes_key(tkey)]
+    try:
+        if isinstance(txn, Backend):
+            raw, raw_w = txn.get_many_now(LATEST, keys)
+        else:
+            raw, raw_w = txn.get_many(LATEST, keys)
+    except CheckpointError:  # a log opened read-only that never had the table
+        return None
+    if raw is None:
+        return None
+    lw = None if raw_w is None else _dec_latest_writes.decode(raw_w)
+    return _dec_latest.decode(raw), lw
+
+
+def drop_latest(txn: WriteTxn, tkey: bytes) -> None:
+    txn.delete(LATEST, latest_key(tkey))
+    txn.delete(LATEST, latest_writes_key(tkey))
+
+
+def run_key(run_id: str, sid: int, checkpoint_id: str) -> bytes:
+    return _s16(run_id) + U64.pack(sid) + _utf8(checkpoint_id)
+
+
+def run_prefix(run_id: str) -> bytes:
+    return _s16(run_id)
+
+
+def split_run_key(key: bytes) -> tuple[int, str]:
+    """``(sid, checkpoint id)`` of a ``lg_runs`` key."""
+    n = U16.unpack_from(key)[0]
+    at = 2 + n
+    return U64.unpack_from(key, at)[0], key[at + 8 :].decode("utf-8", "surrogatepass")
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+
+def read_checkpoint_row(txn: ReadTxn, sid: int, checkpoint_id: str) -> CkptRow | None:
+    raw = txn.get(CHECKPOINTS, checkpoint_key(sid, checkpoint_id))
+    return None if raw is None else _dec_ckpt.decode(raw)
+
+
+def latest_checkpoint(txn: ReadTxn, sid: int) -> tuple[str, CkptRow] | None:
+    """The checkpoint with the greatest id (LangGraph ids sort by creation time)."""
+    for key, raw in txn.scan_prefix(CHECKPOINTS, U64.pack(sid), reverse=True, limit=1):
+        return key[8:].decode("utf-8", "surrogatepass"), _dec_ckpt.decode(raw)
+    return None
+
+
+def checkpoint_rows(
+    txn: ReadTxn, sid: int, *, before: str | None = None
+) -> Iterator[tuple[str, CkptRow]]:
+    """Checkpoints of a stream, newest (greatest id) first, ids below ``before`` when given."""
+    start = U64.pack(sid)
+    stop = checkpoint_key(sid, before) if before is not None else U64.pack(sid + 1)
+    for key, raw in txn.scan(CHECKPOINTS, start, stop, reverse=True):
+        yield key[8:].decode("utf-8", "surrogatepass"), _dec_ckpt.decode(raw)
+
+
+def write_rows(txn: ReadTxn, sid: int, checkpoint_id: str) -> list[tuple[str, int, WriteRow]]:
+    """``(task id, idx, row)`` of every write stored against a checkpoint."""
+    out = []
+    for key, raw in txn.scan_prefix(WRITES, writes_prefix(sid, checkpoint_id)):
+        _, task, idx = split_write_key(key)
+        out.append((task, idx, _dec_write.decode(raw)))
+    return out
+
+
+def blob_seq(txn: ReadTxn, sid: int, channel: str, version: str | int | float) -> int | None:
+    raw = txn.get(BLOBS, blob_key(sid, channel, version_key(version)))
+    return None if raw is None else U64.unpack(raw)[0]
+
+
+def stream_ids(txn: ReadTxn, thread_id: str | None) -> list[tuple[str, str, int]]:
+    """``(thread_id, ns, sid)`` of one thread's streams, or of every thread's (``None``)."""
+    rows = (
+        txn.scan(THREADS)
+        if thread_id is None
+        else txn.scan_prefix(THREADS, thread_prefix(thread_id))
+    )
+    return [(*split_thread_key(k), U64.unpack(v)[0]) for k, v in rows]
+
+
+def stream_id(txn: ReadTxn, thread_id: str, checkpoint_ns: str) -> int | None:
+    raw = txn.get(THREADS, thread_key(thread_id, checkpoint_ns))
+    return None if raw is None else U64.unpack(raw)[0]
+
+
+def stream_name(txn: ReadTxn, sid: int) -> str | None:
+    raw = txn.get(STREAM_NAMES, U64.pack(sid))
+    return None if raw is None else raw.decode("utf-8", "surrogatepass")
+
+
+def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> None:
+    """:func:`projections.langgraph.apply` on the tables, in the frame's transaction."""
+    k = U64.pack(sid)
+    if isinstance(frame, LgCheckpoint):
+        ckey = checkpoint_key(sid, frame.checkpoint_id)
+        old = txn.get(CHECKPOINTS, ckey)
+        if old is not None:
+            old_run = _dec_ckpt.decode(old).run_id
+            if old_run is not None:
+                txn.delete(RUNS, run_key(old_run, sid, frame.checkpoint_id))
+        txn.put(CHECKPOINTS, ckey, _enc.encode(checkpoint_row(seq, frame)))
+        if frame.run_id is not None:
+            txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
+        for blob in frame.blobs:
+            txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
+        txn.put(THREADS, tkey, k)
+    elif isinstance(frame, LgWrites):
+        for pos, w in enumerate(frame.writes):
+            txn.put(
+                WRITES,
+                write_key(sid, frame.checkpoint_id, frame.task_id, w.idx),
+                _enc.encode(WriteRow(seq, pos, frame.task_path)),
+            )
+        if frame.writes:
+            txn.put(THREADS, tkey, k)
+    elif isinstance(frame, LgRemove):
+        ids = frame.checkpoint_ids
+        raw = txn.get(LATEST, latest_key(tkey)) if ids is not None else None
+        if raw is None or _dec_latest.decode(raw).checkpoint_id in ids:  # type: ignore[operator]
+            drop_latest(txn, tkey)  # the newest checkpoint is removed: readers fall back
+        if ids is None:
+            for key, raw in list(txn.scan_prefix(CHECKPOINTS, k)):
+                run = _dec_ckpt.decode(raw).run_id
+                if run is not None:
+                    txn.delete(RUNS, run_key(run, sid, key[8:].decode("utf-8", "surrogatepass")))
+            txn.delete_prefix(CHECKPOINTS, k)
+            txn.delete_prefix(BLOBS, k)
+            txn.delete_prefix(WRITES, k)
+            txn.delete(THREADS, tkey)
+            return
+        for cid in set(ids):
+            row = read_checkpoint_row(txn, sid, cid)
+            if row is not None:
+                if row.run_id is not None:
+                    txn.delete(RUNS, run_key(row.run_id, sid, cid))
+                txn.delete(CHECKPOINTS, checkpoint_key(sid, cid))
+            txn.delete_prefix(WRITES, writes_prefix(sid, cid))
+        if not any(next(iter(txn.scan_prefix(t, k, limit=1)), None) for t in VIEW_TABLES):
+            txn.delete(THREADS, tkey)  # the view is empty, as the fold says
+
+
+def read_view(txn: ReadTxn, sid: int) -> StreamView:
+    """The materialized view of one stream, as :func:`projections.langgraph.fold` shapes it."""
+    k = U64.pack(sid)
+    view = StreamView()
+    for key, raw in txn.scan_prefix(CHECKPOINTS, k):
+        view.checkpoints[key[8:].decode("utf-8", "surrogatepass")] = _dec_ckpt.decode(raw)
+    for key, raw in txn.scan_prefix(BLOBS, k):
+        n = U16.unpack_from(key, 8)[0]
+        channel = key[10 : 10 + n].decode("utf-8", "surrogatepass")
+        view.blobs[channel, key[10 + n :]] = U64.unpack(raw)[0]
+    for key, raw in txn.scan_prefix(WRITES, k):
+        view.writes[split_write_key(key)] = _dec_write.decode(raw)
+    return view
+
+
+# -- frames and blobs --------------------------------------------------------------------------
+
+
+def read_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int) -> Any:
+    """The frame at ``seq`` of stream ``sid``, checksum and position verified."""
+    gkey = txn.get(STREAMS, U64X2.pack(sid, seq))
+    data = None if gkey is None else txn.get(LOG, gkey)
+    if data is None:
+        raise CorruptFrame(
+            f"LangGraph view points at seq {seq} of stream id {sid}, which is not in the log; "
+            "run LmdbSaver.verify()",
+            seq=seq,
+        )
+    env, frame = log.decode_envelope(data)
+    if (env.stream_id, env.seq) != (sid, seq):
+        raise CorruptFrame(
+            f"the index says log #{U64.unpack(gkey or bytes(8))[0]} is seq {seq} of stream id "
+            f"{sid}, but it holds seq {env.seq} of stream id {env.stream_id}; run verify()",
+            seq=seq,
+        )
+    return frame

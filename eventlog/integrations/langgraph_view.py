@@ -1,0 +1,280 @@
+"""LangGraph views checked (:func:`verify_views`) and registered (:class:`LangGraphView`).
+
+Part of :mod:`eventlog.integrations.langgraph_store` (which re-exports it).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
+
+from backends.base import ReadTxn, WriteTxn
+from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.frames import (
+    LgCheckpoint,
+    LgRemove,
+    LgWrites,
+)
+from eventlog.integrations import langgraph_steps
+from eventlog.integrations.langgraph_blobs import (
+    BlobReader,
+    Patches,
+)
+from eventlog.integrations.langgraph_frames import (
+    _no_loads,
+    keep_latest,
+    keep_latest_writes,
+)
+from eventlog.integrations.langgraph_rows import (
+    LATEST,
+    RUNS,
+    TABLES,
+    LatestRow,
+    LatestWrites,
+    apply_rows,
+    blob_seq,
+    latest_writes_key,
+    parse_stream_key,
+    read_checkpoint_row,
+    read_latest,
+    read_view,
+    run_key,
+    stream_id,
+    stream_ids,
+    thread_key,
+    write_rows,
+)
+from eventlog.layout import STREAM_NAMES, U64
+from eventlog.log import EventLog, StoredFrame
+from eventlog.reports import Problem
+from eventlog.streams import StreamInfo
+from projections.langgraph import (
+    StreamView,
+    fold,
+)
+
+# -- verify ------------------------------------------------------------------------------------
+
+
+def verify_views(log: EventLog) -> list[Problem]:
+    """Every LangGraph stream's rows against the fold of its frames; the run index too."""
+    problems: list[Problem] = []
+    folded: dict[int, tuple[str, StreamView]] = {}
+    with log.backend.read() as txn:
+        names = {
+            U64.unpack(k)[0]: v.decode("utf-8", "surrogatepass") for k, v in txn.scan(STREAM_NAMES)
+        }
+    for sid, name in names.items():
+        if parse_stream_key(name) is None:
+            continue
+        try:
+            view = fold((sf.seq, sf.frame) for sf in log.read_stream(name))
+        except CorruptFrame as e:
+            problems.append(Problem("projection", f"cannot fold: {e}", stream=name))
+            continue
+        folded[sid] = (name, view)
+    with log.backend.read() as txn:
+        for sid, (name, view) in folded.items():
+            parsed = parse_stream_key(name)
+            assert parsed is not None
+            rows = read_view(txn, sid)
+            for part in ("checkpoints", "blobs", "writes"):
+                want, got = getattr(view, part), getattr(rows, part)
+                if want != got:
+                    missing = len(set(want) - set(got))
+                    extra = len(set(got) - set(want))
+                    problems.append(
+                        Problem(
+                            "projection",
+                            f"lg {part} rows differ from the fold of the stream "
+                            f"({missing} missing, {extra} extra, "
+                            f"{sum(1 for k in set(want) & set(got) if want[k] != got[k])} changed)",
+                            stream=name,
+                        )
+                    )
+            problems += _verify_latest(log, txn, sid, thread_key(*parsed), view, name)
+            entry = stream_id(txn, *parsed)
+            if (entry == sid) == view.empty:
+                problems.append(
+                    Problem(
+                        "projection",
+                        f"lg_threads entry is {'present' if entry else 'absent'} but the stream "
+                        f"view is {'empty' if view.empty else 'not empty'}",
+                        stream=name,
+                    )
+                )
+        want_runs = {
+            run_key(run, sid, cid) for sid, (_, v) in folded.items() for run, cid in v.runs()
+        }
+        got_runs = {k for k, _ in txn.scan(RUNS)}
+        if want_runs != got_runs:
+            problems.append(
+                Problem(
+                    "projection",
+                    f"lg_runs index differs from the fold: {len(want_runs - got_runs)} missing, "
+                    f"{len(got_runs - want_runs)} extra",
+                )
+            )
+        for tid, ns, sid in stream_ids(txn, None):
+            if sid not in folded:
+                problems.append(
+                    Problem(
+                        "projection",
+                        f"lg_threads names stream id {sid} for ({tid!r}, {ns!r}), which is not "
+                        "a LangGraph stream of this log",
+                    )
+                )
+    return problems
+
+
+def expected_latest(
+    log: EventLog, txn: ReadTxn, sid: int, view: StreamView
+) -> tuple[LatestRow, LatestWrites] | None:
+    """The ``lg_latest`` rows a stream whose view is ``view`` may hold (from its other
+    tables and frames), ``None`` when it has no checkpoint."""
+    if not view.checkpoints:
+        return None
+    cid = max(view.checkpoints)
+    row = view.checkpoints[cid]
+    reader = BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+    frame = reader.frame(row.seq)
+    if not isinstance(frame, LgCheckpoint):
+        raise CorruptFrame(f"seq {row.seq} is indexed as a checkpoint", seq=row.seq)
+    values = []
+    for channel, version in frame.versions.items():
+        values.append((channel, reader.chain(channel, version) or ()))
+    writes = []
+    for (wcid, task, _), w in sorted(view.writes.items()):
+        if wcid == cid:
+            wf = reader.frame(w.seq)
+            writes.append((task, w.task_path, wf.writes[w.pos]))
+    latest = LatestRow(
+        sid, cid, row, frame.checkpoint_type, frame.checkpoint, dict(frame.versions),
+        tuple(values),
+    )  # fmt: skip
+    return latest, LatestWrites(cid, tuple(writes))
+
+
+def _verify_latest(
+    log: EventLog, txn: ReadTxn, sid: int, tkey: bytes, view: StreamView, name: str
+) -> list[Problem]:
+    """A stream's ``lg_latest`` rows, when present, against what its other tables say."""
+    got = read_latest(txn, tkey)
+    if got is None:
+        try:
+            stray = txn.get(LATEST, latest_writes_key(tkey))
+        except CheckpointError:
+            return []
+        if stray is None:
+            return []
+        return [
+            Problem("projection", "lg_latest has a writes row but no checkpoint row", stream=name)
+        ]
+    try:
+        want = expected_latest(log, txn, sid, view)
+    except CheckpointError as e:
+        return [Problem("projection", f"cannot check lg_latest: {e}", stream=name)]
+    lr, lw = got
+    if want is None or lr != want[0]:
+        return [
+            Problem(
+                "projection",
+                "lg_latest row differs from the newest checkpoint of the stream "
+                f"(row: {lr.checkpoint_id!r}, newest: {want[0].checkpoint_id if want else None!r})",
+                stream=name,
+            )
+        ]
+    if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
+        key = operator.itemgetter(0, 1)
+        mine = sorted(((t, w.idx, p, w) for t, p, w in lw.writes), key=key)
+        theirs = sorted(((t, w.idx, p, w) for t, p, w in want[1].writes), key=key)
+        if mine != theirs:
+            return [
+                Problem(
+                    "projection",
+                    f"lg_latest writes differ from the write rows of {lr.checkpoint_id!r} "
+                    f"({len(mine)} kept, {len(theirs)} stored)",
+                    stream=name,
+                )
+            ]
+    return []
+
+
+# -- the view (eventlog.views.View) ------------------------------------------------------------
+
+
+class _NoFrames(BlobReader):
+    """The blob index of a transaction without the frames (a view applying frames has no log
+    to decode them): a chain it would read ends ``keep_latest`` (the rows stay absent)."""
+
+    def __init__(self, txn: ReadTxn, sid: int) -> None:
+        self.txn, self.sid, self.loads = txn, sid, _no_loads
+        self.patches = Patches(0)
+
+    def frame(self, seq: int) -> Any:
+        raise CorruptFrame(f"seq {seq}: applying a frame reads no other frame", seq=seq)
+
+
+class LangGraphView:
+    """LangGraph's materialized view: checkpoints, blob and write indexes, threads and runs of
+    every ``lg:`` stream, kept by :func:`apply_rows` (the same function the writer runs)."""
+
+    name: Final = "langgraph"
+    tables: Final = TABLES
+
+    def claims(self, stream: str, first: Any) -> bool:
+        return parse_stream_key(stream) is not None and isinstance(
+            first, (LgCheckpoint, LgWrites, LgRemove)
+        )
+
+    def apply(
+        self, txn: WriteTxn, stream: str, sid: int, seq: int, frame: Any, stored_bytes: int
+    ) -> None:
+        parsed = parse_stream_key(stream)
+        if parsed is None:
+            raise CorruptFrame(f"{stream!r} is not a LangGraph stream key", stream=stream)
+        tkey = thread_key(*parsed)
+        apply_rows(txn, sid, seq, frame, tkey)
+        if isinstance(frame, LgCheckpoint):
+            keep_latest(txn, frame, sid, tkey, seq, lambda: _NoFrames(txn, sid))
+        elif isinstance(frame, LgWrites):
+            keep_latest_writes(txn, tkey, frame)
+
+    def rebuild_stream(
+        self, txn: WriteTxn, stream: str, sid: int, frames: Iterable[StoredFrame[Any]]
+    ) -> None:
+        for sf in frames:
+            self.apply(txn, stream, sid, sf.seq, sf.frame, sf.stored_bytes)
+
+    def verify(
+        self, log: EventLog, progress: Callable[[int, int], None] | None = None
+    ) -> list[Problem]:
+        return verify_views(log)
+
+    def describe(self, stream: str) -> StreamInfo | None:
+        parsed = parse_stream_key(stream)
+        if parsed is None:
+            return None
+        thread, ns = parsed
+        return StreamInfo(
+            stream, self.name, "langgraph thread", thread if not ns else f"{thread} ns={ns}",
+            aliases=(thread,) if not ns else (),
+            labels={"thread_id": thread, "checkpoint_ns": ns, "namespace": ns},
+        )  # fmt: skip
+
+    def steps(self, log: EventLog, stream: str, *, diffs: bool = False) -> Iterator[Any]:
+        return langgraph_steps.steps(log, stream, BlobReader)
+
+    def steps_from(
+        self, log: EventLog, stream: str, from_seq: int, to_seq: int | None = None
+    ) -> Iterator[Any]:
+        """:meth:`steps` from ``from_seq`` (to ``to_seq``), read from the rows at a cost
+        independent of the frames before it (langgraph_steps.steps_from)."""
+        return langgraph_steps.steps_from(log, stream, from_seq, BlobReader, ROWS, to_seq)
+
+
+ROWS: Final = langgraph_steps.Rows(TABLES, read_checkpoint_row, write_rows, blob_seq)
+"""The row readers :func:`langgraph_steps.steps_from` reads a step at a seq with."""
+
+VIEW: Final = LangGraphView()
