@@ -246,6 +246,7 @@ class _Sql:
         "delete_range",
         "expect",
         "expect_last",
+        "expect_none",
         "get",
         "get_many",
         "last",
@@ -281,6 +282,9 @@ class _Sql:
         # fails with division_by_zero when the row (the greatest key) is not as assumed.
         self.expect = r(
             "SELECT 1 / ((SELECT v FROM {t} WHERE k = %b) IS NOT DISTINCT FROM %b::bytea)::int"
+        )
+        self.expect_none = r(
+            "SELECT 1 / (NOT EXISTS (SELECT 1 FROM {t} WHERE k >= %b AND k < %b))::int"
         )
         self.expect_last = r(
             "SELECT 1 / ((SELECT k FROM {t} ORDER BY k DESC LIMIT 1) "
@@ -520,6 +524,38 @@ class _PgWrite(_PgRead, WriteTxn):
         assert s is not None
         self._x(s.expect, (key, value))
         self.assumed += 1
+
+    def scan(
+        self,
+        table: str,
+        start: bytes | None = None,
+        stop: bytes | None = None,
+        *,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """A bounded existence check (``limit=1`` between two keys) in a transaction that runs
+        on assumptions is assumed empty when this transaction wrote nothing there: an
+        assertion that the range holds no row is queued (no round trip; a row there makes the
+        transaction run again reading for real). Any other scan reads."""
+        if (
+            self.assuming
+            and limit == 1
+            and not reverse
+            and start is not None
+            and stop is not None
+            and start < stop
+            and table not in self.pruned
+            and table not in self.touched
+            and table in self._owner._present
+            and table not in self._owner._known.appended
+        ):
+            s = self._sql(table)
+            assert s is not None
+            self._x(s.expect_none, (start, stop))
+            self.assumed += 1
+            return iter(())
+        return super().scan(table, start, stop, reverse=reverse, limit=limit)
 
     def prefetch(self, table: str, keys: list[bytes]) -> None:
         s = self._readable(table)
