@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
+from test_langgraph_reads import ckpt, conf  # the same thread config and checkpoint builders
 
 from eventlog import read
 from eventlog.cli import main
@@ -35,21 +35,6 @@ SHORT, LONG = 60, 600
 class _State(TypedDict):
     items: Annotated[list[str], operator.add]
     n: int
-
-
-def conf(thread: str, cid: str | None = None) -> Any:
-    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
-    if cid is not None:
-        c["checkpoint_id"] = cid
-    return {"configurable": c}
-
-
-def ckpt(values: dict[str, Any], versions: dict[str, Any], step: int) -> Checkpoint:
-    cp = empty_checkpoint()
-    cp["id"] = str(uuid6(clock_seq=step))
-    cp["channel_values"] = values
-    cp["channel_versions"] = versions
-    return cp
 
 
 def build(saver: CkptlogSaver, thread: str, steps: int) -> list[str]:
