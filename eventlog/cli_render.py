@@ -24,19 +24,11 @@ from typing import IO, Any, Final
 from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TaskProgressColumn,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.style import Style as RichStyle
 from rich.table import Table
 from rich.text import Text
 
+from eventlog.forensics.progress import ProgressBar
 from eventlog.read.text import escape
 
 __all__ = [
@@ -161,43 +153,6 @@ def table(
     console.print(t)
     for line in buffer.getvalue().splitlines():
         out.write(line.rstrip() + "\n")
-
-
-class ProgressBar:
-    """``progress(done, total)`` drawn by rich on a terminal (``stream``); on anything else
-    (a pipe, a log file) it draws nothing at all."""
-
-    def __init__(self, label: str, *, unit: str = "frames", stream: IO[str]) -> None:
-        self.label = label
-        self.unit = unit
-        self.console = console_for(stream)
-        self.enabled = self.console.is_terminal and not self.console.is_dumb_terminal
-        self._progress: Progress | None = None
-        self._task: TaskID | None = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self._progress is None:
-            self._progress = Progress(
-                TextColumn(f"{self.label:<8}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn(self.unit),
-                TaskProgressColumn(),
-                TimeRemainingColumn(),
-                console=self.console,
-                auto_refresh=False,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task(self.label, total=total)
-        assert self._task is not None
-        self._progress.update(self._task, completed=done, total=total, refresh=True)
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
 
 
 class Pager:
