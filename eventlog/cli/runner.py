@@ -50,7 +50,11 @@ COMMANDS: Final[dict[str, Command]] = {
     "ls": Command("ls", "list the invocations in a log"),
     "show": Command("show", "show an invocation's record: the latest, --at SEQ or --as-of TIME"),
     "history": Command("history", "list every save of an invocation"),
-    "diff": Command("diff", "what changed in an invocation between two seqs"),
+    "diff": Command(
+        "diff",
+        "what changed in an invocation between two seqs, or between two"
+        " invocations (A@SEQ B@SEQ: an original and its fork)",
+    ),
     "replay": Command("replay", "step through an invocation's saves with what each changed"),
     "export": Command("export", "write history as JSON Lines (one invocation, or all)"),
     "search": Command("search", "find the frames, in every invocation, that hold a value or an id"),
@@ -58,6 +62,8 @@ COMMANDS: Final[dict[str, Command]] = {
     "stats": Command("stats", "counts and sizes of a log"),
     "compact": Command("compact", "write a compacted copy of a log to a new log"),
     "serve": Command("serve", "a read-only web viewer of a log on http://127.0.0.1:8765/"),
+    "fork": Command("fork", "WRITES: start a new invocation from one save of another"),
+    "head": Command("head", "one digest of every stream's head, to anchor elsewhere"),
     "copy": Command("copy", "copy a log byte for byte to another engine (LMDB <-> PostgreSQL)"),
     "bench": Command("bench", "run the benchmarks (python -m benchmarks ARGS)"),
 }

@@ -33,6 +33,7 @@ from eventlog.errors import InvalidArgument
 from eventlog.frames import Save, Snapshot, Tombstone
 from eventlog.log import EventLog, Problem
 from eventlog.read.diffs import diff_lines
+from eventlog.read.forks import forked_from, origin_doc
 from eventlog.read.timeline import (
     DONE,
     FAILED,
@@ -314,6 +315,7 @@ class Viewer:
             "seq": seq,
             "last_seq": last,
             **step,
+            "forked_from": origin_doc(forked_from(self.cl.log, inv)),
             "record": {
                 "correlation_id": r.correlation_id,
                 "last_saved_at": r.last_saved_at,
