@@ -103,9 +103,10 @@ def check(log: EventLog, expected: HeadDigest) -> list[Problem]:
         if now < g:
             return [
                 _problem(
-                    f"the log ends at global seq {now:,}, but {g:,} frames' worth had been "
-                    f"acknowledged when the digest was taken: {g - now:,} or more frames were "
-                    "removed (a truncated tail or a rolled-back commit); restore the log from a "
+                    f"the log ends at global seq {now:,}, but the digest was taken at global "
+                    f"seq {g:,}: the frames after {now:,} ({g - now:,} at least), acknowledged "
+                    "before the digest, were removed (a truncated tail, a rolled-back commit or "
+                    "an older backup restored); restore the log from a "
                     "backup taken after the digest"
                 )
             ]
