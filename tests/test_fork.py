@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -355,3 +356,32 @@ def test_fork_in_a_mixed_log(mixed: Path, tmp_path: Path) -> None:
     assert lg_diff.returncode == 0, lg_diff.stderr
     assert json.loads(lg_diff.stdout)["from"].endswith("@2")
     assert "fork of job-1@" in ckptlog("history", p, "job-1-retry").stdout
+
+
+def test_the_command_line_forks_on_postgresql(tmp_path: Path, pg_schemas: Any) -> None:
+    url = pg_schemas.url(tmp_path / "cli")
+    with CheckpointLog.open(url) as cl:
+        write_run(cl, saves=4)
+    done = ckptlog("fork", url, "run-1", "--at", "2", "--as", "run-1b")
+    assert done.returncode == 0, done.stderr
+    assert ckptlog("verify", url).returncode == 0
+    same = ckptlog("diff", url, "run-1@2", "run-1b@1", "--json")
+    assert json.loads(same.stdout)["changes"]["state"] == []
+    assert "fork of run-1@2" in ckptlog("history", url, "run-1b").stdout
+    with CheckpointLog.open(url, readonly=True) as cl:
+        assert same_run(cl.load("run-1b"), cl.record_at("run-1", 2))
+
+
+def test_a_compacted_log_keeps_the_fork_and_verifies(tmp_path: Path) -> None:
+    """Compaction writes each kept invocation's first frame as a compacted snapshot: the
+    fork's record is kept, its link (seqs of the original log) stays in the original."""
+    from eventlog import forensics  # noqa: PLC0415
+
+    with CheckpointLog.open(tmp_path / "log") as cl:
+        write_run(cl)
+        cl.fork("run-1", at=4, new_invocation_id="b")
+        forensics.compact(cl, tmp_path / "small", last_n=2)
+    with CheckpointLog.open(tmp_path / "small", readonly=True) as small:
+        report = small.verify()
+        assert report.ok, report.problems
+        assert same_run(small.load("b"), record("b", 4))
