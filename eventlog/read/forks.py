@@ -1,4 +1,4 @@
-"""Forks on the read side: where a stream was forked from, what was forked from it, and the
+"""Forks on the read side: where a stream was forked from, and the
 ``ID@SEQ`` form naming one seq of one stream (``ckptlog diff PATH A@SEQ B@SEQ``).
 
 Invariants:
@@ -10,22 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventlog.fork_links import forks, origin
+from eventlog.fork_links import origin
 from eventlog.frames import ForkOrigin
 from eventlog.log import EventLog
 
-__all__ = ["forked_from", "forks_of", "origin_doc", "origin_text", "split_at"]
+__all__ = ["forked_from", "origin_doc", "origin_text", "split_at"]
 
 
 def forked_from(log: EventLog, stream: str) -> ForkOrigin | None:
     """The origin of ``stream`` when it is a fork (``None``: it is not, or has no frames)."""
     first = next(iter(log.read_stream(stream, 1, 1)), None)
     return None if first is None else origin(first.frame)
-
-
-def forks_of(log: EventLog, stream: str) -> list[tuple[str, ForkOrigin]]:
-    """The forks made from ``stream`` (new invocation, origin), in the log's stream order."""
-    return [(s, o) for s, o in forks(log) if o.invocation_id == stream]
 
 
 def origin_doc(link: ForkOrigin | None) -> dict[str, Any] | None:
