@@ -356,6 +356,15 @@ def test_fork_in_a_mixed_log(mixed: Path, tmp_path: Path) -> None:
     assert lg_diff.returncode == 0, lg_diff.stderr
     assert json.loads(lg_diff.stdout)["from"].endswith("@2")
     assert "fork of job-1@" in ckptlog("history", p, "job-1-retry").stdout
+    # and two streams of the integrations without forks of their own, through their views
+    tr = json.loads(ckptlog("diff", p, "tr-1@2", "tr-2@1", "--json").stdout)
+    assert tr["from"] == "techrevati:tr-1@2"
+    assert {"path": "checkpoint.state.other", "op": "added", "old": None, "new": True} in (
+        tr["changes"]
+    )
+    ap_diff = json.loads(ckptlog("diff", p, "task-1@1", "task-2@1", "--json").stdout)
+    assert ap_diff["to"] == "apflow:task-2@1"
+    assert {c["path"] for c in ap_diff["changes"]} >= {"step_name", "data.fresh"}
 
 
 def test_the_command_line_forks_on_postgresql(tmp_path: Path, pg_schemas: Any) -> None:
