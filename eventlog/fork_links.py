@@ -18,9 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
+
+from eventlog.codec import open_envelope
 from eventlog.frames import CHECKPOINT_FRAMES, ForkOrigin, Snapshot
-from eventlog.layout import STREAM_NAMES
-from eventlog.log import EventLog, StoredFrame
+from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.log import EventLog
 from eventlog.materialized import last_snapshot_at_or_before
 from eventlog.records import CheckpointRecord
 from eventlog.reports import Problem
@@ -60,23 +63,42 @@ def record_of(log: EventLog, stream: str, seq: int) -> CheckpointRecord | None:
     return None if head is None else to_record(head)
 
 
-def _first(log: EventLog, stream: str) -> StoredFrame[Any] | None:
-    return next(iter(log.read_stream(stream, 1, 1)), None)
-
-
 def forks(log: EventLog) -> Iterator[tuple[str, ForkOrigin]]:
-    """Every forked stream of the log with its origin (streams whose first frame does not
-    read are skipped: the core checks report them)."""
+    """Every forked stream of the log with its origin, read in one transaction (streams whose
+    first frame does not read are skipped: the core checks report them)."""
+    found: list[tuple[str, ForkOrigin]] = []
     with log.backend.read() as txn:
-        names = [v.decode("utf-8", "surrogatepass") for _, v in txn.scan(STREAM_NAMES)]
-    for stream in names:
-        try:
-            first = _first(log, stream)
-        except Exception:  # noqa: BLE001 - damage is the core checks' to report
-            continue
-        found = origin(first.frame) if first is not None else None
-        if found is not None:
-            yield stream, found
+        for key, name in txn.scan(STREAM_NAMES):
+            gkey = txn.get(STREAMS, U64X2.pack(U64.unpack(key)[0], 1))
+            data = txn.get(LOG, gkey) if gkey is not None else None
+            if data is None:
+                continue
+            try:
+                link = _peek_origin(log, bytes(data))
+            except Exception:  # noqa: BLE001 - damage is the core checks' to report
+                continue
+            if link is not None:
+                found.append((bytes(name).decode("utf-8", "surrogatepass"), link))
+    return iter(found)
+
+
+_ITEMS = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_ORIGIN = msgspec.msgpack.Decoder(ForkOrigin | None)
+_SNAPSHOT_TAG = msgspec.msgpack.encode("sn")
+_FORKED_AT = len(Snapshot.__struct_fields__)  # after the tag, the fields: ``forked`` is last
+
+
+def _peek_origin(log: EventLog, data: bytes) -> ForkOrigin | None:
+    """The ``forked`` field of a stored frame without decoding the rest: the payload as a list
+    of undecoded items (``msgspec.Raw``), and only the last one decoded, when the frame is a
+    snapshot long enough to hold it (a first frame's record may be large)."""
+    env = open_envelope(data, chain_key=log.chain_key)
+    raw = log.compressor.decompress(env.payload, env.flags, max_bytes=log.frame_bytes_max)
+    items = _ITEMS.decode(raw)
+    if len(items) <= _FORKED_AT or bytes(items[0]) != _SNAPSHOT_TAG:
+        return None
+    link: ForkOrigin | None = _ORIGIN.decode(items[_FORKED_AT])
+    return link
 
 
 def check_links(log: EventLog) -> list[Problem]:

@@ -394,3 +394,13 @@ def test_a_compacted_log_keeps_the_fork_and_verifies(tmp_path: Path) -> None:
         report = small.verify()
         assert report.ok, report.problems
         assert same_run(small.load("b"), record("b", 4))
+
+
+def test_a_fork_in_a_keyed_log_verifies(tmp_path: Path) -> None:
+    key = b"k" * 32
+    with CheckpointLog.open(tmp_path / "log", chain_key=key) as cl:
+        write_run(cl, saves=3)
+        cl.fork("run-1", at=2, new_invocation_id="b")
+        forge(cl, "bad", record("bad", 2), ForkOrigin("run-1", 2, b"\x02" * 16))
+        problems = cl.verify().problems
+    assert [(p.kind, p.stream) for p in problems] == [("fork", "bad")]
