@@ -8,6 +8,9 @@ measures, alternating the forms within each repeat (the machine is shared: compa
 
 - ``verify``: ``CheckpointLog.verify`` (core checks, view rows, and the fork links);
 - ``fork links``: ``eventlog.fork_links.check_links`` alone (the part forks add to verify);
+- ``find forks (peek)``: ``fork_links.forks``, every stream's first frame peeked for its
+  ``forked`` field in one transaction, against ``find forks (decode)``: each first frame read
+  and decoded whole (``read_stream``), as the first version did;
 - ``head take``: ``eventlog.anchor.take`` (``ckptlog head``);
 - ``head check``: ``eventlog.anchor.check`` against a digest taken before the last 1% of
   saves (``verify --expect-head`` on top of verify);
@@ -32,7 +35,7 @@ from typing import Any
 from benchmarks.common import environment, loadavg, print_table, write_json
 from eventlog import anchor
 from eventlog.checkpoints import CheckpointLog
-from eventlog.fork_links import check_links
+from eventlog.fork_links import check_links, forks, origin
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -72,6 +75,16 @@ def build(path: Path, invocations: int, saves: int) -> tuple[CheckpointLog, anch
     return cl, before
 
 
+def forks_decoded(cl: CheckpointLog) -> list[tuple[str, Any]]:
+    out = []
+    for stream in cl.log.streams():
+        first = next(iter(cl.log.read_stream(stream, 1, 1)), None)
+        link = origin(first.frame) if first is not None else None
+        if link is not None:
+            out.append((stream, link))
+    return out
+
+
 def best_of(repeats: int, forms: dict[str, Callable[[], Any]]) -> dict[str, float]:
     best = {name: float("inf") for name in forms}
     for _ in range(repeats):
@@ -106,13 +119,16 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "verify": cl.verify,
                     "fork links": lambda: check_links(cl.log),
+                    "find forks (peek)": lambda: list(forks(cl.log)),
+                    "find forks (decode)": lambda: forks_decoded(cl),
                     "head take": lambda: anchor.take(cl.log),
                     "head check": lambda: anchor.check(cl.log, before),
                 },
             )
             assert anchor.check(cl.log, before) == []
-            forks = 10 if a.quick else 50
-            best["fork"] = min(fork_median(cl, saves, forks, r) for r in range(repeats))
+            assert list(forks(cl.log)) == forks_decoded(cl)
+            count = 10 if a.quick else 50
+            best["fork"] = min(fork_median(cl, saves, count, r) for r in range(repeats))
             env = environment(durability="process", data_dir=tmp)
         finally:
             cl.close()

@@ -17,6 +17,9 @@ def test_anchor_fork_benchmark_quick(tmp_path: Path) -> None:
     assert "Fork and head on" in stdout
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["quick"] is True
-    assert set(data["seconds"]) == {"verify", "fork links", "head take", "head check", "fork"}
+    assert set(data["seconds"]) == {
+        "verify", "fork links", "find forks (peek)", "find forks (decode)", "head take",
+        "head check", "fork",
+    }  # fmt: skip
     assert all(s > 0 for s in data["seconds"].values())
     assert data["environment"]["loadavg_1_5_15"]
