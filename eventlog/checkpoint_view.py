@@ -146,6 +146,8 @@ class CheckpointView:
             made_by, positions = step_nodes(item, positions)
             record = item.record()
             label = kind_label(item) + (" (compacted)" if item.compacted is not None else "")
+            if item.forked is not None:
+                label += f" (fork of {item.forked.invocation_id}@{item.forked.seq})"
             yield Step(
                 item.seq, item.global_seq, item.saved_at, item.kind, label, None, made_by,
                 item.stored_bytes, item.checksum, item.frame, item.frame_type,

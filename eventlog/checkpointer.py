@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from backends.base import Backend, Durability
 from eventlog.checkpoint_frames import _InstanceSaves, _Save
 from eventlog.checkpoints import CheckpointLog
+from eventlog.frames import ForkOrigin
 from eventlog.records import (
     CheckpointFilter,
     CheckpointRecord,
@@ -152,6 +153,12 @@ class Checkpointer:
             namespace=namespace,
             lineage=lineage,
             errors=errors,
+        )
+
+    async def fork(self, invocation_id: str, *, at: int, new_invocation_id: str) -> ForkOrigin:
+        """Async :meth:`CheckpointLog.fork` (on a worker thread: it folds the source record)."""
+        return await asyncio.to_thread(
+            self.sync.fork, invocation_id, at=at, new_invocation_id=new_invocation_id
         )
 
     async def list(self, filter: CheckpointFilter | None = None) -> list[CheckpointSummary]:

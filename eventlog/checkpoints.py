@@ -81,6 +81,7 @@ from eventlog.errors import (
 from eventlog.frames import (
     CHECKPOINT_FRAMES,
     FanOutHeader,
+    ForkOrigin,
     Tombstone,
 )
 from eventlog.layout import U64
@@ -636,6 +637,16 @@ class CheckpointLog(HeadCache):
             yield HistoryEntry(
                 sf.seq, frame.saved_at, kind, None if head is None else to_record(head)
             )
+
+    def fork(self, invocation_id: str, *, at: int, new_invocation_id: str) -> ForkOrigin:
+        """Start invocation ``new_invocation_id`` from the record as of save ``at`` of
+        ``invocation_id`` (durable on return; eventlog.fork). Its first frame carries the
+        origin (source, seq, the source frame's checksum), which ``verify`` checks. Raises
+        ``UnknownInvocation``, ``SeqOutOfRange``, :class:`NotASave` (``at`` is a delete or an
+        event) or :class:`ForkTargetExists`; nothing is written then."""
+        from eventlog.fork import fork  # noqa: PLC0415 - fork builds on this class
+
+        return fork(self, invocation_id, at, new_invocation_id)
 
     def _last_seq(self, invocation_id: str) -> int:
         """The newest seq of ``invocation_id``; :class:`UnknownInvocation` when it has none."""

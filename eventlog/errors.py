@@ -207,3 +207,25 @@ class DamagedRow(CheckpointError, ValueError):
 class InvalidOption(CheckpointError, ValueError):
     """An option passed to ``open`` is unknown or of the wrong type or range; nothing was
     opened or created."""
+
+
+# -- fork and the anchored head (eventlog.fork, eventlog.anchor) --
+
+
+class ForkError(CheckpointError, ValueError):
+    """``fork`` refused: nothing was written (the subclasses say why)."""
+
+
+class NotASave(ForkError):
+    """The seq asked for is not a save of the invocation (a delete, an application event, or
+    a stream that holds no checkpoint records): a fork starts from a save's record."""
+
+
+class ForkTargetExists(ForkError):
+    """The new invocation id already has frames in the log (a fork never writes into an
+    existing stream, nor over a deleted one: its history stays where it is)."""
+
+
+class InvalidHeadDigest(CheckpointError, ValueError):
+    """A head digest (``ckptlog head``) that does not parse: not a ``ckh1`` token, a field
+    missing, or a damaged hash."""

@@ -124,6 +124,17 @@ class Compacted(msgspec.Struct, frozen=True, array_like=True):
     compacted_at: float
 
 
+class ForkOrigin(msgspec.Struct, frozen=True, array_like=True):
+    """Where a forked invocation starts: the record as of stream seq ``seq`` of invocation
+    ``invocation_id``, whose frame's envelope checksum is ``checksum`` (in this log). Set only
+    on the first frame of a stream written by ``CheckpointLog.fork``; ``verify`` checks that
+    the source frame exists with that checksum and that the record matches."""
+
+    invocation_id: str
+    seq: int
+    checksum: bytes
+
+
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="sn"):
     """A full record; fan-out instances are listed sparsely (absent = not started)."""
 
@@ -144,6 +155,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="
     # longer shows. The fold ignores them: ``instances`` already holds their outcome.
     batch: tuple[InstanceChange, ...] = ()
     instance_saved_at: tuple[float, ...] = ()
+    # Set only on the first frame of a forked invocation (``CheckpointLog.fork``).
+    forked: ForkOrigin | None = None
 
 
 class Tombstone(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag="rm"):

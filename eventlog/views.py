@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from backends.base import ReadTxn, WriteTxn
 from eventlog.checkpoint_view import VIEW as CHECKPOINTS
 from eventlog.errors import CheckpointError, CorruptFrame
+from eventlog.fork_links import check_links
 from eventlog.integrations.apflow import VIEW as APFLOW
 from eventlog.integrations.langgraph_store import VIEW as LANGGRAPH
 from eventlog.integrations.techrevati_store import VIEW as TECHREVATI
@@ -260,7 +261,7 @@ def verify_log(
 ) -> VerifyReport:
     """The log's core checks (checksums, chains, seqs, index; ``progress``) plus every present
     view's rows against the fold of its streams (``rows_progress``): ``CheckpointLog.verify``
-    and ``forensics.verify``."""
+    and ``forensics.verify``. Then every fork's link to its source (eventlog.fork_links)."""
     try:
         report = log.verify(progress)
     except Exception as e:  # noqa: BLE001 - a damaged B-tree raises the backend's own errors
@@ -269,4 +270,10 @@ def verify_log(
             Problem("storage", f"the log's pages cannot be walked ({type(e).__name__}: {e})")
         )
     report.problems.extend(verify(log, progress=rows_progress))
+    try:
+        report.problems.extend(check_links(log))  # forks: source frame, checksum, record
+    except Exception as e:  # noqa: BLE001 - a damaged B-tree raises the backend's own errors
+        report.problems.append(
+            Problem("storage", f"the fork links cannot be walked ({type(e).__name__}: {e})")
+        )
     return report

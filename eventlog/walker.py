@@ -21,6 +21,7 @@ from eventlog.frames import (
     CHECKPOINT_FRAMES,
     Compacted,
     Event,
+    ForkOrigin,
     InstanceChange,
     Save,
     Snapshot,
@@ -204,6 +205,11 @@ class Step:
     @property
     def compacted(self) -> Compacted | None:
         return self.frame.compacted if isinstance(self.frame, Snapshot) else None
+
+    @property
+    def forked(self) -> ForkOrigin | None:
+        """Where the stream was forked from (set on a fork's first frame only)."""
+        return self.frame.forked if isinstance(self.frame, Snapshot) else None
 
     def record(self) -> CheckpointRecord | None:
         return None if self.head is None else to_record(self.head)

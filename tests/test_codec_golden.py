@@ -29,6 +29,7 @@ from eventlog.frames import (
     Compacted,
     Event,
     FanOutHeader,
+    ForkOrigin,
     Frame,
     InstanceChange,
     InstancePage,
@@ -218,11 +219,20 @@ GOLDEN_SNAPSHOT = Snapshot(
     schema_version="", state=b"\xc0", parent_states=b"\x90", positions=(_POS,),
     layout=(FanOutHeader(0, "map", (), 2),), instances=(_IN_FLIGHT,), next_fid=1,
     compacted=Compacted(7, bytes(range(16)), 3, 1700000001.0), batch=(_IN_FLIGHT,),
-    instance_saved_at=(1700000000.5,),
+    instance_saved_at=(1700000000.5,), forked=ForkOrigin("inv-0", 5, bytes(range(16, 32))),
 )  # fmt: skip
-# msgpack array of 15: "sn", kind, saved_at, invocation, correlation, schema, state, parent
-# states, positions, layout, instances, next_fid, compacted, batch, instance_saved_at.
+# A change here is a format change: new format version + upcaster (docs/frame-format.md).
+# msgpack array of 16 (array16: dc 00 10): "sn", kind, saved_at, invocation, correlation,
+# schema, state, parent states, positions, layout, instances, next_fid, compacted, batch,
+# instance_saved_at, forked (invocation, seq, checksum).
 GOLDEN_SNAPSHOT_HEX = (
+    "dc0010a2736ea473617665cb41d954fc40200000a5696e762d31a4636f7272a0c401c0c40190919591a56f75"
+    "746572a66e6f64655f610300c0919500a36d61709002909193000094a9696e5f666c69676874c0c290019407"
+    "c410000102030405060708090a0b0c0d0e0f03cb41d954fc404000009193000094a9696e5f666c69676874c0"
+    "c29091cb41d954fc4020000093a5696e762d3005c410101112131415161718191a1b1c1d1e1f"
+)
+# Before forks (15 elements, no ``forked``): what every snapshot written before it holds.
+GOLDEN_SNAPSHOT_V3_HEX = (
     "9fa2736ea473617665cb41d954fc40200000a5696e762d31a4636f7272a0c401c0c40190919591a56f757465"
     "72a66e6f64655f610300c0919500a36d61709002909193000094a9696e5f666c69676874c0c290019407c410"
     "000102030405060708090a0b0c0d0e0f03cb41d954fc404000009193000094a9696e5f666c69676874c0c290"
@@ -244,6 +254,9 @@ def test_checkpoint_frame_golden_bytes_decode() -> None:
         **{**_fields(GOLDEN_SAVE), "page": None}
     )
     assert FRAME_SER.decode(bytes.fromhex(GOLDEN_SNAPSHOT_HEX)) == GOLDEN_SNAPSHOT
+    assert FRAME_SER.decode(bytes.fromhex(GOLDEN_SNAPSHOT_V3_HEX)) == Snapshot(
+        **{**_fields(GOLDEN_SNAPSHOT), "forked": None}
+    )
     assert FRAME_SER.decode(bytes.fromhex(GOLDEN_TOMBSTONE_HEX)) == GOLDEN_TOMBSTONE
 
 
@@ -254,10 +267,16 @@ def test_format_1_checkpoint_frames_decode_with_defaults() -> None:
     assert FRAME_SER.decode(bytes.fromhex(save_v1)) == Save(
         **{**_fields(GOLDEN_SAVE), "instance_saved_at": (), "page": None}
     )
-    cut = GOLDEN_SNAPSHOT_HEX.index("9407c410")  # where `compacted` starts
-    snapshot_v1 = "9c" + GOLDEN_SNAPSHOT_HEX[2:cut]
+    cut = GOLDEN_SNAPSHOT_V3_HEX.index("9407c410")  # where `compacted` starts
+    snapshot_v1 = "9c" + GOLDEN_SNAPSHOT_V3_HEX[2:cut]
     assert FRAME_SER.decode(bytes.fromhex(snapshot_v1)) == Snapshot(
-        **{**_fields(GOLDEN_SNAPSHOT), "compacted": None, "batch": (), "instance_saved_at": ()}
+        **{
+            **_fields(GOLDEN_SNAPSHOT),
+            "compacted": None,
+            "batch": (),
+            "instance_saved_at": (),
+            "forked": None,
+        }
     )
 
 

@@ -229,7 +229,9 @@ def test_a_small_surface_and_every_exception_in_errors() -> None:
     defined = {
         n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)
     }
-    missing = defined - {"CheckpointError"} - set(eventlog.MOVED)
+    # errors added after issue 23 were never exported by ``eventlog``: nothing to keep
+    added_since = {"ForkError", "ForkTargetExists", "InvalidHeadDigest", "NotASave"}
+    missing = defined - {"CheckpointError"} - set(eventlog.MOVED) - added_since
     assert not missing, sorted(missing)
     for name, module in eventlog.MOVED.items():
         with warnings.catch_warnings(record=True) as caught:

@@ -359,6 +359,31 @@ def report(name: str, figures: dict[str, float]) -> None:
 # Stress tests (the repo's convention): smoke size by default, full size with --long.
 
 
+def test_a_fork_says_where_it_came_from(driver: Any, tmp_path: Path) -> None:
+    from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
+    from tests.viewer_logs import fan_record, msgspec_replace  # noqa: PLC0415
+
+    path = tmp_path / "forks"
+    with CheckpointLog.open(path, durability="process") as cl:
+        for step in range(3):
+            cl.save("src", msgspec_replace(fan_record("src", 2), state={"step": step}))
+        origin = cl.fork("src", at=2, new_invocation_id="src-fork")
+    server = served(path)
+    try:
+        d = driver
+        open_page(d, server)
+        find(d, '#inv-list li[data-id="src-fork"]').click()
+        wait(d, has_text("#forked-from", "forked from src@2"))
+        assert origin.checksum.hex() in text(d, "#forked-from")
+        find(d, '#inv-list li[data-id="src"]').click()
+        wait(d, has_text("#rec-seq", "seq 3 of 3"))
+        assert d.execute_script("return document.querySelector('#forked-from')") is None
+        no_errors(d)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.slow
 def test_large_fan_out_page(driver: Any, tmp_path: Path, long_run: bool) -> None:
     """A fan-out of 100,000 instances (1,000,000 with --long) saved with save_instance."""

@@ -20,6 +20,7 @@ from eventlog import forensics as fx
 from eventlog.cli.context import Ctx
 from eventlog.cli_render import table as _table
 from eventlog.read.diffs import value_lines
+from eventlog.read.forks import origin_doc
 from eventlog.read.text import brief, escape, fmt_time, iso_time
 from eventlog.read.values import json_bytes
 from eventlog.reports import Problem, VerifyReport
@@ -138,6 +139,8 @@ def walk_doc(step: fx.Step) -> dict[str, Any]:
             "original_stream_id": c.stream_id,
             "compacted_at": c.compacted_at,
         }
+    if step.forked is not None:
+        doc["forked_from"] = origin_doc(step.forked)
     return doc
 
 

@@ -50,14 +50,22 @@ COMMANDS: Final[dict[str, Command]] = {
     "ls": Command("ls", "list the invocations in a log"),
     "show": Command("show", "show an invocation's record: the latest, --at SEQ or --as-of TIME"),
     "history": Command("history", "list every save of an invocation"),
-    "diff": Command("diff", "what changed in an invocation between two seqs"),
+    "diff": Command(
+        "diff",
+        "what changed in an invocation between two seqs, or between two"
+        " invocations (A@SEQ B@SEQ: an original and its fork)",
+    ),
     "replay": Command("replay", "step through an invocation's saves with what each changed"),
     "export": Command("export", "write history as JSON Lines (one invocation, or all)"),
     "search": Command("search", "find the frames, in every invocation, that hold a value or an id"),
-    "verify": Command("verify", "check checksums, hash chains, index and materialized rows"),
+    "verify": Command(
+        "verify", "check checksums, hash chains, index, materialized rows, forks (and a head)"
+    ),
     "stats": Command("stats", "counts and sizes of a log"),
     "compact": Command("compact", "write a compacted copy of a log to a new log"),
     "serve": Command("serve", "a read-only web viewer of a log on http://127.0.0.1:8765/"),
+    "fork": Command("fork", "WRITES: start a new invocation from one save of another"),
+    "head": Command("head", "one digest of every stream's head, to anchor elsewhere"),
     "copy": Command("copy", "copy a log byte for byte to another engine (LMDB <-> PostgreSQL)"),
     "bench": Command("bench", "run the benchmarks (python -m benchmarks ARGS)"),
 }
@@ -77,8 +85,9 @@ def build_parser(command: str | None = None) -> Parser:
     parser = Parser(
         prog="ckptlog",
         description="Look into a ckptlog checkpoint log: what was saved, when, in what order,\n"
-        "and proof that nothing was altered. Logs are opened read-only (compact writes only\n"
-        "its new DEST), so a running writer is never blocked.",
+        "and proof that nothing was altered. Logs are opened read-only (compact and copy\n"
+        "write only their new DEST; fork appends one frame), so a running writer is never\n"
+        "blocked.",
         epilog=EXIT_CODES + "\ntimes: seconds since the epoch or ISO 8601; shown in UTC.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -19,6 +19,7 @@ from eventlog.forensics.common import (
 from eventlog.forensics.queries import last_seq
 from eventlog.frames import (
     Compacted,
+    ForkOrigin,
 )
 from eventlog.records import (
     CheckpointRecord,
@@ -148,7 +149,7 @@ def frame_content(frame: Any) -> dict[str, Any]:
             out[name] = _decode_any.decode(value)
         elif isinstance(value, bytes):
             out[name] = value.hex()
-        elif isinstance(value, Compacted):
+        elif isinstance(value, (Compacted, ForkOrigin)):
             out[name] = {**plain(value), "checksum": value.checksum.hex()}
         elif name in _JSON_FIELDS and value is not None:
             out[name] = msgspec.convert(value, _JSON_FIELDS[name], from_attributes=True)
@@ -219,6 +220,10 @@ def _export_line(step: Step, stream: str, fmt: str) -> dict[str, Any]:
         "frame": step.frame_type,
         "checksum": step.checksum.hex(),
     }
+    if step.forked is not None:
+        f = step.forked
+        line["forked_from"] = {"invocation_id": f.invocation_id, "seq": f.seq,
+                               "checksum": f.checksum.hex()}  # fmt: skip
     if fmt == "jsonl-frames" or not step.is_record:
         line["content"] = frame_content(step.frame)
     else:

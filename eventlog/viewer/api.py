@@ -33,6 +33,7 @@ from eventlog.errors import InvalidArgument
 from eventlog.frames import Save, Snapshot, Tombstone
 from eventlog.log import EventLog, Problem
 from eventlog.read.diffs import diff_lines
+from eventlog.read.forks import forked_from, origin_doc
 from eventlog.read.timeline import (
     DONE,
     FAILED,
@@ -147,6 +148,8 @@ class Viewer:
         self._records: collections.OrderedDict[tuple[str, int], _Record] = collections.OrderedDict()
         self._inv_cache: tuple[int, list[dict[str, Any]]] | None = None
         self._verify: dict[str, Any] = {"state": "idle"}
+        # a stream's origin is in its first frame, never rewritten: read once per stream
+        self._origins: dict[str, dict[str, Any] | None] = {}
 
     def session(self) -> contextlib.AbstractContextManager[None]:
         return self._logs.session()
@@ -314,6 +317,7 @@ class Viewer:
             "seq": seq,
             "last_seq": last,
             **step,
+            "forked_from": self._origin(inv),
             "record": {
                 "correlation_id": r.correlation_id,
                 "last_saved_at": r.last_saved_at,
@@ -325,6 +329,16 @@ class Viewer:
                 "fan_outs": fans,
             },
         }
+
+    def _origin(self, inv: str) -> dict[str, Any] | None:
+        """Where ``inv`` was forked from (``None``: not a fork), cached per stream."""
+        with self._lock:
+            if inv in self._origins:
+                return self._origins[inv]
+        doc = origin_doc(forked_from(self.cl.log, inv))
+        with self._lock:
+            self._origins[inv] = doc
+        return doc
 
     def _step(self, inv: str, seq: int) -> dict[str, Any]:
         if seq == 0:

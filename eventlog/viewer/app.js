@@ -462,6 +462,7 @@ class InvocationView {
     this.gridCanvas.addEventListener("mousemove", (e) => this.gridHover(e));
     fill(box, head,
       el("div", { class: "dim" }, `correlation ${r.correlation_id} · schema ${r.schema_version || "-"} · ${fmtN(r.parent_states)} parent states`),
+      rec.forked_from ? el("div", { class: "dim", id: "forked-from" }, `forked from ${rec.forked_from.invocation_id}@${rec.forked_from.seq} (source frame checksum ${rec.forked_from.checksum})`) : null,
       el("h4", {}, "state"), renderTree(r.state, fetchState, [], true),
       positions,
       r.fan_outs.length ? el("div", {}, el("h4", {}, "fan-outs"), fans,

@@ -13,6 +13,7 @@ from eventlog.checkpoints import CheckpointLog
 from eventlog.cli import options
 from eventlog.cli.context import USAGE, CliError, Ctx, seq_arg, split
 from eventlog.cli.render import iso_time, to_json, unreadable_doc
+from eventlog.read.forks import origin_doc
 from eventlog.read.text import parse_time
 from eventlog.streams import StreamInfo
 
@@ -134,6 +135,8 @@ def _docs(
             continue
         doc = _head(stream, item.seq, item.global_seq, item.saved_at, item.kind, item.checksum)
         doc["frame"] = item.frame_type
+        if item.forked is not None:
+            doc["forked_from"] = origin_doc(item.forked)
         if fmt == "jsonl-frames" or not item.is_record:
             doc["content"] = fx.frame_content(item.frame)
         else:

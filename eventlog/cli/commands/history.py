@@ -166,6 +166,8 @@ def _record_rows(ctx: Ctx, inv: str, diffs: bool) -> Iterator[HistoryRow]:
         previous = item.saved_at
         nodes, positions = step_nodes(item, positions)
         label = kind_label(item) + (" (compacted)" if item.compacted is not None else "")
+        if item.forked is not None:
+            label += f" (fork of {item.forked.invocation_id}@{item.forked.seq})"
         doc = walk_doc(item)
         doc["gap"] = gap
         doc["node"] = ", ".join(nodes) or None

@@ -23,6 +23,7 @@ from eventlog.cli.render import (
     to_json,
 )
 from eventlog.frames import CHECKPOINT_FRAMES
+from eventlog.read.forks import forked_from, origin_doc, origin_text
 from eventlog.read.text import parse_time
 from eventlog.streams import Step, StreamInfo
 
@@ -143,6 +144,8 @@ def _show_step(ctx: Ctx, info: StreamInfo, last: int) -> int:
 
 
 def _show_record(ctx: Ctx, inv: str, seq: int, last: int, record: Any, step: fx.Step | None) -> int:
+    assert ctx.opened is not None
+    link = forked_from(ctx.opened.log.log, inv)
     if ctx.json:
         doc = {
             "invocation_id": inv,
@@ -154,6 +157,8 @@ def _show_record(ctx: Ctx, inv: str, seq: int, last: int, record: Any, step: fx.
         if step is not None:
             doc["kind"], doc["frame"] = step.kind, step.frame_type
             doc["checksum"] = step.checksum.hex()
+        if link is not None:
+            doc["forked_from"] = origin_doc(link)
         ctx.out.write(to_json(doc) + "\n")
         return 0
     s, out = ctx.style, ctx.out
@@ -166,6 +171,7 @@ def _show_record(ctx: Ctx, inv: str, seq: int, last: int, record: Any, step: fx.
             ["seq", where],
             ["saved at", fmt_time(record.last_saved_at)],
             ["schema", record.schema_version or "-"],
+            *([["origin", escape(origin_text(link))]] if link is not None else []),
         ],
         "ll",
         out,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from eventlog import anchor
 from eventlog import forensics as fx
 from eventlog.cli.context import OK, PROBLEMS, UNREADABLE, USAGE, CliError, Ctx, is_permission
 from eventlog.cli.render import print_verify
@@ -12,10 +13,16 @@ from eventlog.reports import Problem, VerifyReport
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """No options beyond the common ones."""
+    p.add_argument(
+        "--expect-head",
+        metavar="DIGEST",
+        help="also fail unless the log extends this `ckptlog head` digest (nothing acknowledged "
+        "before it was taken was removed or rolled back; growth since is fine)",
+    )
 
 
 def run(ctx: Ctx) -> int:
+    expected = anchor.parse(ctx.args.expect_head) if ctx.args.expect_head else None
     try:
         opened = ctx.open()
     except CliError as e:
@@ -44,6 +51,8 @@ def run(ctx: Ctx) -> int:
         frames_bar.close()
         rows_bar.close()
     report.problems[:0] = opened.problems
+    if expected is not None:
+        report.problems.extend(anchor.check(opened.log.log, expected))
     if ctx.args.chain_key_file and report.frames and _all_checksums_fail(report):
         report = VerifyReport(
             frames=report.frames,
