@@ -207,3 +207,13 @@ class DamagedRow(CheckpointError, ValueError):
 class InvalidOption(CheckpointError, ValueError):
     """An option passed to ``open`` is unknown or of the wrong type or range; nothing was
     opened or created."""
+
+
+class MissingExtra(CheckpointError, ImportError):
+    """A feature needs an optional dependency that is not installed (``ckptlog sql`` and
+    ``export --format parquet`` need DuckDB and pyarrow: ``pip install 'ckptlog[sql]'``).
+    ``extra`` names the extra to install."""
+
+    def __init__(self, message: str, *, extra: str = "") -> None:
+        super().__init__(message)
+        self.extra = extra
