@@ -129,9 +129,10 @@ class TableBuilder:
     def add_all(self, after: int = 0) -> Iterator[tuple[str, dict[str, list[Any]]]]:
         """Read every frame past global seq ``after``; yield each batch as it fills, then the
         rest."""
+        every = max(1, min(1024, self.batch_rows // 8))  # a frame may add many rows
         for sf in self.log.scan(after):
             self.add(sf)
-            if self.frames % 1024 == 0:
+            if self.frames % every == 0:
                 yield from self.full()
         yield from self.rest()
 

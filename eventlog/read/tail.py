@@ -88,7 +88,19 @@ def tail(
     known: dict[str, StreamInfo] = {}
     if stream is not None and info is not None:
         known[stream] = info
-    after = last_global_seq(log)
+    after = last_global_seq(log)  # "now" is when tail() is called, not its first next()
+    return _follow(log, stream, from_seq, after, poll_seconds, stop, known)
+
+
+def _follow(
+    log: EventLog,
+    stream: str | None,
+    from_seq: int | None,
+    after: int,
+    poll_seconds: float,
+    stop: Callable[[], bool] | None,
+    known: dict[str, StreamInfo],
+) -> Iterator[Saved]:
     if from_seq is not None and stream is not None:
         for sf in log.read_stream(stream, from_seq):
             if sf.global_seq > after:
