@@ -19,11 +19,14 @@ def test_export_parquet_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "export_parquet.json"
     stdout = run_module("benchmarks.export_parquet", "--quick", "--out", str(out), timeout=300)
     assert "Parquet export of 20,009 frames" in stdout
-    assert "export --format parquet" in stdout and "parquet / jsonl-frames time" in stdout
+    assert "export --format parquet" in stdout
+    assert "parquet / jsonl-frames time" in stdout
     data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["quick"] is True and data["frames"] == 20_009
+    assert data["quick"] is True
+    assert data["frames"] == 20_009
     rows = data["rounds"][0]["parquet"]["rows"]
-    assert rows["saves"] == rows["frames"] == 20_009 and rows["instances"] == 2_000
+    assert rows["saves"] == rows["frames"] == 20_009
+    assert rows["instances"] == 2_000
     assert data["rounds"][0]["jsonl"]["lines"] == 20_009
     assert data["environment"]["loadavg_1_5_15"] is not None
 
@@ -37,4 +40,5 @@ def test_tail_lag_benchmark_quick(tmp_path: Path) -> None:
     for engine in ("lmdb", "postgresql"):
         lag = data["results"][engine]["lag"]
         assert lag["lines"] == lag["frames"] == 100
-        assert lag["in_order_once"] is True and lag["exit_status"] == 0
+        assert lag["in_order_once"] is True
+        assert lag["exit_status"] == 0
