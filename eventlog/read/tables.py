@@ -154,6 +154,8 @@ class TableBuilder:
         c["saved_at"].append(saved_at)
         c["kind"].append(kind)
         c["frame"].append(ftype)
+        if node is None and isinstance(frame, Save) and frame.instances:
+            node = st.fan_outs.get(frame.instances[0].fid)  # an instance save: its fan-out
         c["node"].append(node)
         c["ref"].append(ref)
         c["correlation"].append(st.correlation)
@@ -178,14 +180,17 @@ class TableBuilder:
         elif isinstance(frame, LgWrites):
             self._lg_writes(sf, st, frame)
         elif isinstance(frame, Event):
-            e = self.cols["events"]
-            e["invocation"].append(sf.stream)
-            e["stream_kind"].append(st.info.kind)
-            e["name"].append(frame.name)
-            e["data"].append(to_json(frame.data))
-            e["saved_at"].append(saved_at)
-            e["seq"].append(sf.seq)
-            e["global_seq"].append(sf.global_seq)
+            self._event(sf, st, frame, saved_at)
+
+    def _event(self, sf: StoredFrame[Any], st: _Stream, frame: Event, saved_at: float) -> None:
+        e = self.cols["events"]
+        e["invocation"].append(sf.stream)
+        e["stream_kind"].append(st.info.kind)
+        e["name"].append(frame.name)
+        e["data"].append(to_json(frame.data))
+        e["saved_at"].append(saved_at)
+        e["seq"].append(sf.seq)
+        e["global_seq"].append(sf.global_seq)
 
     def full(self) -> Iterator[tuple[str, dict[str, list[Any]]]]:
         """The tables holding a batch's worth of rows, each emptied as it is taken."""

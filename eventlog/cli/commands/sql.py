@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import decimal
 from typing import Any
 
 from eventlog.cli.context import OK, USAGE, CliError, Ctx
@@ -55,7 +56,11 @@ def run(ctx: Ctx) -> int:
             ctx.out.write("\n")
         return OK
     cells = [[escape(_cell(v)) for v in row] for row in answer.rows]
-    table(answer.columns, cells, "l" * len(answer.columns), ctx.out, colour=ctx.style.enabled)
+    align = "".join(
+        "r" if _numeric([row[i] for row in answer.rows]) else "l"
+        for i in range(len(answer.columns))
+    )
+    table(answer.columns, cells, align, ctx.out, colour=ctx.style.enabled)
     ctx.err.write(f"{len(answer.rows):,} row(s)\n")
     return OK
 
@@ -74,6 +79,13 @@ def _plain(v: Any) -> Any:
     if v is None or isinstance(v, (str, int, float, bool)):
         return v
     return str(v)
+
+
+def _numeric(values: list[Any]) -> bool:
+    present = [v for v in values if v is not None]
+    return bool(present) and all(
+        isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool) for v in present
+    )
 
 
 def _cell(v: Any) -> str:
