@@ -420,3 +420,34 @@ def test_parquet_batches_bound_memory(mixed_log: str, tmp_path: Path) -> None:
     small = pq.ParquetFile(tmp_path / "small" / "saves.parquet")
     assert small.metadata.num_row_groups > 1
     assert small.read().equals(pq.read_table(tmp_path / "whole" / "saves.parquet"))
+
+
+KIND_TABLES = {
+    "checkpoint": {"instances"},
+    "langgraph": {"lg_checkpoints", "lg_writes"},
+    "techrevati": {"events"},
+    "apflow": {"events"},
+    "events": {"events"},
+}
+
+
+@pytest.mark.parametrize("kind", tail_writer.KINDS)
+def test_sql_over_a_log_of_each_kind(kind: str, tmp_path: Path) -> None:
+    """Each kind of log on its own: every frame is a row of ``saves`` and ``frames``, its
+    stream's kind is named, its own tables are filled and the others are empty."""
+    path = str(tmp_path / "log")
+    tail_writer.create(path)
+    tail_writer.write(path, kind, 3)
+    frames = frames_of(path)
+    code, out, err = ckptlog(
+        "sql", path, "SELECT 'saves' AS t, count(*) AS n FROM saves UNION ALL "
+        + " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t}" for t in SCHEMAS if t != "saves"),
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    counts = {r["t"]: r["n"] for r in map(json.loads, out.splitlines())}
+    assert counts["saves"] == counts["frames"] == len(frames)
+    filled = {t for t, n in counts.items() if n} - {"saves", "frames"}
+    assert filled == KIND_TABLES[kind]
+    code, out, _ = ckptlog("sql", path, "SELECT DISTINCT stream_kind FROM saves", "--json")
+    assert [json.loads(line)["stream_kind"] for line in out.splitlines()] == [kind]
