@@ -121,6 +121,7 @@ class TableBuilder:
         self.cols: dict[str, dict[str, list[Any]]] = {
             t: {c: [] for c, _ in cols} for t, cols in SCHEMAS.items()
         }
+        self._pair()
         self._streams: dict[str, _Stream] = {}
         self._infos: dict[str, StreamInfo] = {}
         self._loads: Any = None
@@ -162,14 +163,7 @@ class TableBuilder:
         c["size"].append(sf.stored_bytes)
         c["stream_kind"].append(st.info.kind)
         c["stream"].append(st.info.display)
-        f = self.cols["frames"]
-        f["global_seq"].append(sf.global_seq)
-        f["invocation"].append(sf.stream)
-        f["seq"].append(sf.seq)
-        f["frame"].append(ftype)
-        f["saved_at"].append(saved_at)
-        f["size"].append(sf.stored_bytes)
-        f["checksum"].append(sf.checksum.hex())
+        self.cols["frames"]["checksum"].append(sf.checksum.hex())  # the rest: saves' lists
         if isinstance(frame, (Save, Snapshot)):
             self._instances(sf, st, frame)
         elif isinstance(frame, Tombstone):
@@ -194,21 +188,34 @@ class TableBuilder:
 
     def full(self) -> Iterator[tuple[str, dict[str, list[Any]]]]:
         """The tables holding a batch's worth of rows, each emptied as it is taken."""
-        for table, cols in self.cols.items():
-            first = next(iter(cols.values()))
-            if len(first) >= self.batch_rows:
-                yield table, self._take(table)
+        return self._ready(self.batch_rows)
 
     def rest(self) -> Iterator[tuple[str, dict[str, list[Any]]]]:
         """Every table's remaining rows (tables with none are skipped)."""
-        for table, cols in self.cols.items():
-            if next(iter(cols.values())):
-                yield table, self._take(table)
+        return self._ready(1)
 
-    def _take(self, table: str) -> dict[str, list[Any]]:
-        cols = self.cols[table]
-        self.cols[table] = {c: [] for c in cols}
-        return cols
+    def _ready(self, rows_min: int) -> Iterator[tuple[str, dict[str, list[Any]]]]:
+        for table in SCHEMAS:
+            if table == "frames":
+                continue  # taken with saves: a row each per frame, sharing their columns
+            cols = self.cols[table]
+            if len(next(iter(cols.values()))) < rows_min:
+                continue
+            if table == "saves":
+                saves, frames = self.cols["saves"], self.cols["frames"]
+                self._pair()
+                yield "saves", saves
+                yield "frames", frames
+            else:
+                self.cols[table] = {c: [] for c in cols}
+                yield table, cols
+
+    def _pair(self) -> None:
+        """New columns for ``saves`` and ``frames``, which share those they have in common
+        (a frame appends to them once)."""
+        saves: dict[str, list[Any]] = {c: [] for c, _ in SCHEMAS["saves"]}
+        self.cols["saves"] = saves
+        self.cols["frames"] = {c: saves.get(c, []) for c, _ in SCHEMAS["frames"]}
 
     # -- fan-out instances ---------------------------------------------------------------------
 
