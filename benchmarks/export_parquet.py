@@ -93,8 +93,24 @@ def child(what: str, path: str, dest: str) -> dict[str, Any]:
             q = "SELECT state, result_is_error, count(*) FROM instances GROUP BY ALL"
             out["instances_rows"] = len(parquet.query(dest, q).rows)
         out["seconds"] = time.perf_counter() - started
+        out.update(_memory())
     finally:
         opened.close()
+    return out
+
+
+def _memory() -> dict[str, float]:
+    """Resident memory now, anonymous (the heap: what batching bounds) apart from file pages
+    (LMDB's map of the log, which the kernel may drop at will), in MiB."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(("RssAnon:", "RssFile:")):
+                    name, kib = line.split()[:2]
+                    out[name.rstrip(":").lower() + "_mib_at_end"] = int(kib) / 1024
+    except OSError:
+        pass
     return out
 
 
@@ -133,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="JSON path (default: benchmarks/results/...)")
     parser.add_argument("--dir", help="where to build the log (default: a temp directory)")
     parser.add_argument(
+        "--log", help="use this log (built by an earlier run with --keep-log) instead of building"
+    )
+    parser.add_argument("--keep-log", metavar="PATH", help="move the built log to PATH at the end")
+    parser.add_argument(
         "--child", nargs=3, metavar=("WHAT", "PATH", "DEST"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
@@ -143,10 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     repeat = args.repeat or (1 if args.quick else 3)
     root = Path(tempfile.mkdtemp(prefix="ckptlog-bench-parquet-", dir=args.dir))
     try:
-        path = root / "log"
+        path = Path(args.log) if args.log else root / "log"
         started = time.perf_counter()
-        build_wide(path, invocations, saves)
-        add_fan_out(path, instances)
+        if not args.log:
+            build_wide(path, invocations, saves)
+            add_fan_out(path, instances)
         build_s = time.perf_counter() - started
         with CheckpointLog.open(path, readonly=True) as cl:
             frames = cl.stats().frames
@@ -166,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             table_bytes = sum(f.stat().st_size for f in dest.iterdir())
             shutil.rmtree(dest)
         env = environment(durability=DURABILITY, data_dir=str(root))
+        if args.keep_log and not args.log:
+            shutil.move(str(path), args.keep_log)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     pq_s = statistics.median(x["parquet"]["seconds"] for x in rounds)
@@ -173,22 +196,25 @@ def main(argv: list[str] | None = None) -> int:
     sql_s = statistics.median(x["sql"]["seconds"] for x in rounds)
     per_million = pq_s * TARGET_FRAMES / frames
     rows = rounds[0]["parquet"]["rows"]
+    last = rounds[-1]
     print_table(
-        ["measure", "seconds", "frames/s", "peak RSS MiB"],
+        ["measure", "seconds", "frames/s", "peak RSS MiB", "heap MiB at end"],
         [
             [
                 "export --format parquet",
                 fmt_float(pq_s),
                 fmt_int(frames / pq_s),
-                fmt_float(rounds[-1]["parquet"]["peak_rss_mib"], 0),
+                fmt_float(last["parquet"]["peak_rss_mib"], 0),
+                fmt_float(last["parquet"].get("rssanon_mib_at_end"), 0),
             ],
             [
                 "export jsonl-frames (to /dev/null)",
                 fmt_float(jl_s),
                 fmt_int(frames / jl_s),
-                fmt_float(rounds[-1]["jsonl"]["peak_rss_mib"], 0),
+                fmt_float(last["jsonl"]["peak_rss_mib"], 0),
+                fmt_float(last["jsonl"].get("rssanon_mib_at_end"), 0),
             ],
-            ["sql: two GROUP BY queries over the files", fmt_float(sql_s), "-", "-"],
+            ["sql: two GROUP BY queries over the files", fmt_float(sql_s), "-", "-", "-"],
         ],
         title=f"Parquet export of {frames:,} frames (median of {repeat}; tables: "
         + ", ".join(f"{t} {n:,}" for t, n in rows.items())
