@@ -11,6 +11,11 @@ a writer appending in another, on LMDB and PostgreSQL.
     in order.
 (b) Cost to the writer: the same writer unpaced (as fast as it commits), with and without a
     tail running, in alternating rounds; the ratio of the medians of its commits per second.
+    The tail then decodes and prints every frame the writer commits, so on a machine with
+    fewer idle cores than busy processes it competes with the writer for CPU (no lock: an
+    LMDB reader blocks no writer, a PostgreSQL read-only snapshot no commit).
+(c) The cost of waiting: the CPU a tail with nothing to print uses polling (``--poll``
+    0.02 s), over ``IDLE_S`` seconds, as a share of one core.
 """
 
 from __future__ import annotations
@@ -34,6 +39,33 @@ from benchmarks.common import environment, fmt_float, fmt_int, percentile, print
 RESULTS = Path(__file__).resolve().parent / "results"
 PG_URL = os.environ.get("CKPTLOG_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TARGET_MS = 100.0
+IDLE_S = 10.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_run(location: str, seconds: float) -> dict[str, Any]:
+    """CPU share of one core a tail with nothing new to print uses."""
+    create(location)
+    env = {**os.environ, "CKPTLOG_NO_ISOLATE": "1"}  # one process: its CPU is the tail's
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eventlog.cli", "tail", location, "--json"],
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        time.sleep(3.0)  # start-up (imports, opening) is not the cost of waiting
+        before, t0 = _cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        used, elapsed = _cpu_seconds(proc.pid) - before, time.monotonic() - t0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    return {"seconds": elapsed, "cpu_seconds": used, "cpu_share": used / elapsed}
 
 
 def writer(location: str, frames: int, rate: float, out: str) -> None:
@@ -186,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             drop(location)
             cost = cost_run(location, cost_frames, rounds, scratch)
             drop(location)
-            results[engine] = {"lag": lag, "writer_cost": cost}
+            idle = idle_run(location, 2.0 if args.quick else IDLE_S)
+            drop(location)
+            results[engine] = {"lag": lag, "writer_cost": cost, "idle": idle}
         env = environment(durability="process", data_dir=str(scratch))
     finally:
         for location in engines.values():
@@ -199,11 +233,11 @@ def main(argv: list[str] | None = None) -> int:
             engine, fmt_float(lag["lag_ms"]["p50"], 1), fmt_float(lag["lag_ms"]["p99"], 1),
             fmt_float(lag["lag_ms"]["max"], 1), "yes" if lag["in_order_once"] else "NO",
             fmt_int(cost["median"]["alone"]), fmt_int(cost["median"]["with tail"]),
-            fmt_float(cost["ratio"], 2),
+            fmt_float(cost["ratio"], 2), f"{r['idle']['cpu_share'] * 100:.1f} %",
         ])  # fmt: skip
     print_table(
         ["engine", "lag p50 ms", "p99 ms", "max ms", "all, in order", "writer commits/s alone",
-         "with tail", "ratio"],
+         "with tail", "ratio", "idle tail CPU"],
         rows,
         title=f"ckptlog tail: commit -> line ({frames:,} frames at {rate:.0f}/s), and the "
         f"writer's rate with a tail running ({cost_frames:,} commits, median of {rounds})",
