@@ -451,3 +451,40 @@ def test_sql_over_a_log_of_each_kind(kind: str, tmp_path: Path) -> None:
     assert filled == KIND_TABLES[kind]
     code, out, _ = ckptlog("sql", path, "SELECT DISTINCT stream_kind FROM saves", "--json")
     assert [json.loads(line)["stream_kind"] for line in out.splitlines()] == [kind]
+
+
+def test_a_damaged_frame_does_not_stop_a_tail(tmp_path: Path) -> None:
+    """A frame whose payload was altered is printed as ``unreadable`` (named on stderr, exit
+    status 1 at the end) and the tail carries on with the frames after it."""
+    from test_corruption import damage, flip  # noqa: PLC0415 - its raw LMDB helpers
+
+    path = tmp_path / "log"
+    log = EventLog.open(path, durability="process")
+    for i in range(3):
+        log.append("events:a", Event(name="tick", data={"i": i}, at=time.time()))
+    log.close()
+    damage(path, lambda raw: raw.put_envelope("events:a", 2, flip(raw.envelope("events:a", 2), -3)))
+    t = Tail(str(path), "--from", "1")
+    t.wait_for(lambda: len(t.lines) >= 3)
+    code, err = t.interrupt()
+    assert code == 1
+    assert [d["kind"] for _, d in t.lines] == ["tick", "unreadable", "tick"]
+    assert t.lines[1][1]["global_seq"] == 2
+    assert "checksum" in t.lines[1][1]["problem"]
+    assert "ckptlog: unreadable:" in err
+
+
+def test_a_damaged_frame_stops_a_parquet_export_and_leaves_nothing(tmp_path: Path) -> None:
+    from test_corruption import damage, flip  # noqa: PLC0415
+
+    path = tmp_path / "log"
+    log = EventLog.open(path, durability="process")
+    for i in range(3):
+        log.append("events:a", Event(name="tick", data={"i": i}, at=time.time()))
+    log.close()
+    damage(path, lambda raw: raw.put_envelope("events:a", 2, flip(raw.envelope("events:a", 2), -3)))
+    dest = tmp_path / "tables"
+    code, _, err = ckptlog("export", str(path), str(dest), "--format", "parquet")
+    assert code == 1
+    assert "events:a" in err
+    assert not dest.exists()

@@ -92,7 +92,10 @@ def export_parquet(
     batch_rows: int = BATCH_ROWS,
 ) -> dict[str, int]:
     """Write every table of ``log`` to ``DEST/<table>.parquet``; returns rows per table.
-    ``progress(frames read, frames in the log)`` is called every batch of frames."""
+    ``progress(frames read, frames in the log)`` is called every batch of frames. A frame
+    that cannot be read (:class:`~eventlog.errors.CorruptFrame`) stops the export and
+    nothing is left in DEST (``ckptlog verify`` names the damage; ``export`` in JSON Lines
+    writes what is readable around it)."""
     pa, pq = require("export --format parquet")
     out = Path(dest)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -100,7 +103,23 @@ def export_parquet(
             f"DEST {str(dest)!r} exists and is not an empty directory; give a new directory "
             "(an export never overwrites)"
         )
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write(pa, pq, log, out, progress, batch_rows)
+    except BaseException:
+        # a damaged frame (CorruptFrame), an interrupt: no half an export left behind
+        for t in SCHEMAS:
+            (out / f".{t}.parquet.part").unlink(missing_ok=True)
+            (out / f"{t}.parquet").unlink(missing_ok=True)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _write(
+    pa: Any, pq: Any, log: EventLog, out: Path, progress: Progress | None, batch_rows: int
+) -> dict[str, int]:
     total = log.stats().frames
     schemas = {t: _arrow_schema(pa, t) for t in SCHEMAS}
     writers = {

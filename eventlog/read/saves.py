@@ -29,7 +29,8 @@ class Saved:
     name...; ``frame``: the stored frame's type), the node it records (or ``None``), the id
     it is about (a LangGraph checkpoint id, ...), its correlation id when it carries one,
     the stream's kind (``checkpoint``, ``langgraph``, ``techrevati``, ``apflow``,
-    ``events``), its stored size and checksum."""
+    ``events``), its stored size and checksum; ``problem``: why a frame could not be read
+    (its ``kind`` is then ``unreadable``)."""
 
     stream: str
     seq: int
@@ -44,6 +45,7 @@ class Saved:
     display: str
     size: int
     checksum: bytes
+    problem: str | None = None  # set on a frame that could not be read (kind "unreadable")
 
     def doc(self) -> dict[str, Any]:
         """As a JSON object (the checksum in hex)."""
@@ -61,6 +63,7 @@ class Saved:
             "stream": self.display,
             "size": self.size,
             "checksum": self.checksum.hex(),
+            **({"problem": self.problem} if self.problem is not None else {}),
         }
 
 

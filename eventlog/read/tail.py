@@ -15,6 +15,8 @@ Invariants:
   the read, when the reader keeps up.
 - A filtered tail (one stream) decodes only that stream's frames (others are skipped by
   their header's stream id).
+- Damage never stops a tail: a frame that does not decode is yielded as a row of kind
+  ``unreadable`` (``Saved.problem`` says why) and the tail carries on past it.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from eventlog.codec import read_header
-from eventlog.errors import InvalidArgument
+from eventlog.errors import CorruptFrame, InvalidArgument
 from eventlog.layout import LOG, U64
 from eventlog.log import EventLog, StoredFrame
 from eventlog.read.saves import Saved, info_of, saved
 from eventlog.streams import StreamInfo
+from eventlog.walker import Unreadable, read_frames
 
 __all__ = ["POLL_SECONDS", "Saved", "last_global_seq", "tail"]
 
@@ -48,21 +51,37 @@ def _sid(log: EventLog, stream: str) -> int | None:
         return log.stream_id(txn, stream)
 
 
-def _after(log: EventLog, after: int, sid: int | None) -> list[tuple[int, StoredFrame[Any] | None]]:
+def _after(
+    log: EventLog, after: int, sid: int | None
+) -> list[tuple[int, StoredFrame[Any] | Unreadable | None]]:
     """Up to :data:`CHUNK` ``(global seq, frame)`` past global seq ``after``, read in one
     transaction; a frame of another stream than stream id ``sid`` (when given) is ``None``,
-    not decoded."""
-    out: list[tuple[int, StoredFrame[Any] | None]] = []
+    not decoded; one that does not decode is :class:`Unreadable`."""
+    out: list[tuple[int, StoredFrame[Any] | Unreadable | None]] = []
     with log.backend.read() as txn:
         for gkey, data in txn.scan(LOG, U64.pack(after + 1), limit=CHUNK):
             gseq = int(U64.unpack(gkey)[0])
-            frame_sid = read_header(data)[3]
-            if sid is not None and frame_sid != sid:
-                out.append((gseq, None))
-                continue
-            name = log.stream_name(txn, frame_sid)
-            out.append((gseq, log.decode_stored(name, gseq, data)))
+            name = "?"
+            try:
+                frame_sid = read_header(data)[3]
+                if sid is not None and frame_sid != sid:
+                    out.append((gseq, None))
+                    continue
+                name = log.stream_name(txn, frame_sid)
+                out.append((gseq, log.decode_stored(name, gseq, data)))
+            except CorruptFrame as e:
+                seq = e.seq or 0
+                out.append((gseq, Unreadable(name, seq, seq, "damaged", str(e), gseq)))
     return out
+
+
+def unreadable_row(item: Unreadable) -> Saved:
+    """A frame that could not be read, as a row (``kind`` ``unreadable``, ``problem`` why)."""
+    return Saved(
+        stream=item.stream, seq=item.seq, global_seq=item.global_seq or 0, saved_at=0.0,
+        kind="unreadable", frame="unreadable", node=None, ref=None, correlation=None,
+        stream_kind="-", display=item.stream, size=0, checksum=b"", problem=str(item),
+    )  # fmt: skip
 
 
 def tail(
@@ -102,7 +121,10 @@ def _follow(
     known: dict[str, StreamInfo],
 ) -> Iterator[Saved]:
     if from_seq is not None and stream is not None:
-        for sf in log.read_stream(stream, from_seq):
+        for sf in read_frames(log, stream, from_seq):
+            if isinstance(sf, Unreadable):
+                yield unreadable_row(sf)
+                continue
             if sf.global_seq > after:
                 break  # the live loop below yields it
             yield saved(sf, info_of(sf, known, log))
@@ -115,7 +137,9 @@ def _follow(
         frames = _after(log, after, sid) if stream is None or sid is not None else []
         for gseq, item in frames:
             after = gseq
-            if item is not None:
+            if isinstance(item, Unreadable):
+                yield unreadable_row(item)
+            elif item is not None:
                 yield saved(item, info_of(item, known, log))
         if len(frames) == CHUNK:
             continue

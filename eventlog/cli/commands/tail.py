@@ -8,7 +8,7 @@ from typing import Any
 
 from eventlog import read
 from eventlog.cli import options
-from eventlog.cli.context import OK, USAGE, CliError, Ctx
+from eventlog.cli.context import USAGE, CliError, Ctx
 from eventlog.cli.render import escape, fmt_time, iso_time, to_json
 from eventlog.read.tail import POLL_SECONDS, Saved, tail
 from eventlog.streams import StreamInfo
@@ -63,13 +63,16 @@ def run(ctx: Ctx) -> int:
             log, stream, from_seq=a.from_seq, poll_seconds=a.poll,
             stop=lambda: bool(stopping), info=info,
         ):  # fmt: skip
+            if row.problem is not None:
+                ctx.unreadable += 1  # counted: the exit status is then 1
+                ctx.err.write(ctx.err_style.red(f"ckptlog: unreadable: {row.problem}") + "\n")
             ctx.out.write(_line(ctx, row, stream is None) + "\n")
             ctx.out.flush()
             if stopping:
                 break
     finally:
         signal.signal(signal.SIGINT, previous)
-    return OK
+    return ctx.status()
 
 
 def _line(ctx: Ctx, row: Saved, every: bool) -> str:
