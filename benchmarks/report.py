@@ -24,6 +24,7 @@ from benchmarks.pg_report import RESULTS as PG_RESULTS
 from benchmarks.pg_report import stored_section
 from benchmarks.report_runs import LIMITS_KEY, update_sections
 from benchmarks.report_runs import sections as run_sections
+from benchmarks.tail_sql_report import stored_section as tail_sql_stored_section
 
 DOC = REPO_ROOT / "docs" / "benchmarks.md"
 PLOTS_DIRNAME = "benchmarks"  # docs/benchmarks/*.png, next to the page
@@ -877,6 +878,12 @@ def _durable_section() -> str:
     return "" if text is None else "\n" + text
 
 
+def _tail_sql_section() -> str:
+    """``benchmarks.tail_lag`` and ``benchmarks.export_parquet`` (issue 25), if stored."""
+    text = tail_sql_stored_section()
+    return "" if text is None else "\n" + text
+
+
 def write_doc(
     payload: dict[str, Any], doc: Path, *, json_path: Path | str, pg_json: Path | None = PG_RESULTS
 ) -> Path:
@@ -910,7 +917,8 @@ def write_doc(
             lg_read_section=_langgraph_read_section() if pg_json is not None else None,
             extra_sections=run_sections(payload, str(shown), plots_dir, published=None),
         )
-        + _durable_section(),
+        + _durable_section()
+        + _tail_sql_section(),
         encoding="utf-8",
     )
     tmp.replace(doc)

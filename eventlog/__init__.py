@@ -87,6 +87,7 @@ MOVED: dict[str, str] = {
             "InvalidType",
             "LogClosed",
             "LogReplaced",
+            "MissingExtra",
             "NoSuchInvocation",
             "NotACheckpointFrame",
             "NotALog",

@@ -229,3 +229,13 @@ class ForkTargetExists(ForkError):
 class InvalidHeadDigest(CheckpointError, ValueError):
     """A head digest (``ckptlog head``) that does not parse: not a ``ckh1`` token, a field
     missing, or a damaged hash."""
+
+
+class MissingExtra(CheckpointError, ImportError):
+    """A feature needs an optional dependency that is not installed (``ckptlog sql`` and
+    ``export --format parquet`` need DuckDB and pyarrow: ``pip install 'ckptlog[sql]'``).
+    ``extra`` names the extra to install."""
+
+    def __init__(self, message: str, *, extra: str = "") -> None:
+        super().__init__(message)
+        self.extra = extra

@@ -10,8 +10,10 @@ eventlog.cli.runner.
 Invariants:
 - Read commands open the log read-only and never block a running writer (LMDB readers take
   no lock the writer waits for), and write nothing into the log's directory (an evidence copy
-  opens without its lock file); only ``compact`` and ``copy`` write, and only to a new DEST,
-  and ``fork``, which appends one frame (a new invocation's first) to PATH, as a writer.
+  opens without its lock file); only ``compact`` and ``copy`` write a log, and only to a new
+  DEST (``export --format parquet`` writes its files into a new DEST directory, ``sql`` into
+  a temporary one), and ``fork``, which appends one frame (a new invocation's first) to PATH,
+  as a writer.
 - Every kind of stream answers: what a stream is comes from the view that claims it
   (eventlog.views), never from parsing its key here; a stream with nothing to show is refused
   with exit status 2, never reported as deleted.

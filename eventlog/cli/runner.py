@@ -56,7 +56,11 @@ COMMANDS: Final[dict[str, Command]] = {
         " invocations (A@SEQ B@SEQ: an original and its fork)",
     ),
     "replay": Command("replay", "step through an invocation's saves with what each changed"),
-    "export": Command("export", "write history as JSON Lines (one invocation, or all)"),
+    "export": Command(
+        "export", "write history as JSON Lines (one invocation, or all), or as Parquet tables"
+    ),
+    "tail": Command("tail", "print each save as it is committed, by any process (until Ctrl-C)"),
+    "sql": Command("sql", "run a SQL query (DuckDB) over a log's history as tables"),
     "search": Command("search", "find the frames, in every invocation, that hold a value or an id"),
     "verify": Command(
         "verify", "check checksums, hash chains, index, materialized rows, forks (and a head)"
@@ -211,11 +215,17 @@ def _fork_and_wait(
                 with contextlib.suppress(OSError, ValueError):
                     stream.flush()
             os._exit(code)
-    previous: dict[int, Any] = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN)}
 
     def forward(sig: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)  # the child stops as told; we report how it ended
+
+    # Ctrl-C reaches the child from the terminal: the parent ignores it, unless the command
+    # ends on SIGINT by design (``tail``), which then gets a SIGINT sent to the parent alone.
+    on_int = forward if getattr(command_module(args.command), "FORWARD_SIGINT", False) else None
+    previous: dict[int, Any] = {
+        signal.SIGINT: signal.signal(signal.SIGINT, on_int or signal.SIG_IGN)
+    }
 
     for signum in FORWARDED_SIGNALS:
         previous[signum] = signal.signal(signum, forward)

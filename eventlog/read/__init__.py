@@ -9,7 +9,12 @@
   value paths;
 - :mod:`~eventlog.read.values`: big values as a lazily expanded tree;
 - :mod:`~eventlog.read.timeline`: a checkpoint invocation's timeline, indexed incrementally;
-- :mod:`~eventlog.read.text`: times and values as text.
+- :mod:`~eventlog.read.text`: times and values as text;
+- :mod:`~eventlog.read.saves`: one row per frame from the frame alone (:class:`Saved`);
+- :mod:`~eventlog.read.tail`: every frame as it is committed, by any process (:func:`tail`);
+- :mod:`~eventlog.read.tables`: the history as column batches (saves, frames, instances,
+  LangGraph checkpoints and writes, events); :mod:`~eventlog.read.parquet` writes them as
+  Parquet and queries them with DuckDB (the ``sql`` extra, imported only when used).
 
 Invariants:
 - No argument parsing, HTTP or colour here (a face passes its colours in); nothing here
@@ -20,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 from eventlog.read.opening import Opened, open_log
+from eventlog.read.saves import Saved
 from eventlog.read.streams import (
     Listed,
     describe,
@@ -30,11 +36,13 @@ from eventlog.read.streams import (
     step_at,
     steps,
 )
+from eventlog.read.tail import tail
 from eventlog.streams import Step, StreamInfo
 
 __all__ = [
     "Listed",
     "Opened",
+    "Saved",
     "Step",
     "StreamInfo",
     "describe",
@@ -45,4 +53,5 @@ __all__ = [
     "status_of",
     "step_at",
     "steps",
+    "tail",
 ]

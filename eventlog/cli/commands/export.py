@@ -1,4 +1,5 @@
-"""``ckptlog export``: history as JSON Lines, each frame as stored or the value after it."""
+"""``ckptlog export``: history as JSON Lines, each frame as stored or the value after it, or
+as Parquet tables an analyst queries with DuckDB or pandas (``--format parquet``)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from eventlog.checkpoints import CheckpointLog
 from eventlog.cli import options
 from eventlog.cli.context import USAGE, CliError, Ctx, seq_arg, split
 from eventlog.cli.render import iso_time, to_json, unreadable_doc
+from eventlog.errors import InvalidArgument
+from eventlog.read import parquet
 from eventlog.read.forks import origin_doc
 from eventlog.read.text import parse_time
 from eventlog.streams import StreamInfo
 
-EXPORT_FORMATS: Final = ("jsonl-frames", "jsonl")
+EXPORT_FORMATS: Final = ("jsonl-frames", "jsonl", "parquet")
 EXPORT_WARN_FACTOR: Final = 10  # warn when --format jsonl would write this many times the log
 
 
@@ -29,7 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="jsonl-frames",
         help="jsonl-frames (default): each stored frame as written (deltas stay deltas: "
         "small, lossless); jsonl: the whole record after every save (O(saves x record "
-        "size): narrow it with the options below)",
+        "size): narrow it with the options below); parquet: `export PATH DEST --format "
+        "parquet` writes the tables saves, frames, instances, lg_checkpoints, lg_writes and "
+        "events of the whole log into the new directory DEST (`ckptlog sql PATH --schema` "
+        "lists their columns; needs pip install 'ckptlog[sql]')",
     )
     options.seq_range(p, "from seq SEQ (with an ID)", "up to seq SEQ (with an ID)")
     options.window(p, "frames")
@@ -39,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(ctx: Ctx) -> int:  # noqa: PLR0915 - options read top to bottom
     a = ctx.args
+    if a.format == "parquet":
+        return _parquet(ctx)
     if ctx.json:
         raise CliError(
             "export always writes JSON Lines; --json has no meaning here: drop it (choose what "
@@ -101,6 +109,41 @@ def run(ctx: Ctx) -> int:  # noqa: PLR0915 - options read top to bottom
     ctx.err.write(
         f"exported {lines:,} lines ({written:,} bytes) of {len(streams):,} invocation(s){where}\n"
     )
+    return ctx.status()
+
+
+def _parquet(ctx: Ctx) -> int:
+    """``export PATH DEST --format parquet`` (or ``--out DEST``): every table, whole log."""
+    a = ctx.args
+    dest = a.out or a.invocation
+    if a.out and a.invocation:
+        raise CliError("give DEST once: `export PATH DEST --format parquet`", USAGE)
+    if not dest or dest == "-":
+        raise CliError(
+            "--format parquet writes a directory of tables: `export PATH DEST --format parquet`",
+            USAGE,
+        )
+    narrowing = [o for o in ("thread", "ns", "from_seq", "to_seq", "since", "until", "kind")
+                 if getattr(a, o, None)]  # fmt: skip
+    if narrowing or ctx.json:
+        given = ", ".join("--" + o.replace("_seq", "") for o in narrowing) or "--json"
+        raise CliError(
+            f"--format parquet exports the whole log; {given} does not apply (filter the "
+            'tables in the query instead: `ckptlog sql DEST "SELECT ... WHERE ..."`)',
+            USAGE,
+        )
+    try:
+        parquet.require("export --format parquet")
+        cl = ctx.open().log
+        bar = ctx.progress("export")
+        try:
+            rows = parquet.export_parquet(cl.log, dest, progress=bar)
+        finally:
+            bar.close()
+    except InvalidArgument as e:
+        raise CliError(str(e), USAGE) from e
+    counts = ", ".join(f"{t} {n:,}" for t, n in rows.items())
+    ctx.err.write(f"exported to {dest}: {counts} row(s)\n")
     return ctx.status()
 
 
