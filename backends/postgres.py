@@ -68,9 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import logging
-import struct
 import threading
 import time
 from collections import OrderedDict
@@ -95,6 +93,14 @@ from backends.base import (
     current_pid,
     prefix_end,
 )
+from backends.postgres_batch import (
+    BYTEA_ARRAY_OID,
+    STATEMENTS_CACHED_MAX,
+    Batch,
+    ByteaArray,
+    bytea_array,
+    render,
+)
 from eventlog.errors import (
     CheckpointError,
     CommitOutcomeUnknown,
@@ -108,8 +114,6 @@ log = logging.getLogger("ckptlog.postgres")
 T = TypeVar("T")
 
 POSTGRES_KEY_BYTES_MAX = 511
-BYTEA_OID = 17
-BYTEA_ARRAY_OID = 1001
 DEFAULT_SCHEMA = "ckptlog"
 URL_SCHEMES = ("postgresql", "postgres")
 IDLE_READERS_MAX = 4  # pooled read connections kept open between reads
@@ -136,12 +140,6 @@ ASSUME_BACKOFF_MAX = 64
 _GRAVEYARD: list[Any] = []  # a forked child's inherited connections: never used, never finished
 
 
-class ByteaArray(bytes):
-    """A ``bytea[]`` parameter already in PostgreSQL's binary array format
-    (:func:`_bytea_array`): sent as it is, without psycopg's per-item array dumping, which
-    cost more than the rest of writing a batch."""
-
-
 class _ByteaArrayDumper(Dumper):
     format = Format.BINARY
     oid = BYTEA_ARRAY_OID
@@ -150,20 +148,7 @@ class _ByteaArrayDumper(Dumper):
         return bytes(obj)
 
 
-_ARRAY_HEADER = struct.Struct("!iiiii")  # dimensions, has nulls, element type; size, lower bound
-_ITEM_LEN = struct.Struct("!i")
-
-
-def _bytea_array(items: Iterable[bytes | bytearray | memoryview]) -> ByteaArray:
-    """``items`` as one binary ``bytea[]`` (one dimension, no nulls, lower bound 1)."""
-    values = [v if type(v) is bytes else bytes(v) for v in items]
-    if not values:
-        return ByteaArray(struct.pack("!iii", 0, 0, BYTEA_OID))
-    head = _ARRAY_HEADER.pack(1, 0, BYTEA_OID, len(values), 1)
-    lens = map(_ITEM_LEN.pack, map(len, values))
-    return ByteaArray(
-        head + b"".join(itertools.chain.from_iterable(zip(lens, values, strict=True)))
-    )
+_bytea_array = bytea_array
 
 
 def is_postgres_url(location: object) -> bool:
@@ -249,6 +234,7 @@ class _Sql:
         "expect_none",
         "get",
         "get_many",
+        "ident",
         "last",
         "put",
         "put_many",
@@ -257,6 +243,7 @@ class _Sql:
 
     def __init__(self, schema: str, table: str) -> None:
         t = sql.Identifier(schema, table)
+        self.ident = t.as_string(None)
 
         def r(q: str) -> str:
             return sql.SQL(q).format(t=t).as_string(None)
@@ -518,12 +505,38 @@ class _PgWrite(_PgRead, WriteTxn):
         # One row this transaction appended: if its COMMIT is cut off, the row tells whether
         # it committed (_WriteScope.__exit__).
         self.witness: tuple[str, bytes, bytes] | None = None
+        # Assertions and writes queued since the last statement: sent as one (_send).
+        self._batch = Batch()
 
     def _expect(self, table: str, key: bytes, value: bytes | None) -> None:
-        s = self._sql(table)
-        assert s is not None
-        self._x(s.expect, (key, value))
+        self._batch.expect(table, key, value)
         self.assumed += 1
+
+    def _send(self) -> None:
+        """Queue what :attr:`_batch` holds as one statement in the pipeline (no round trip;
+        an error it meets is raised with the next read or the COMMIT). Raises
+        :class:`psycopg.Error`."""
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = Batch()
+        signature = batch.signature()
+        owner = self._owner
+        text = owner._batches.get(signature)
+        if text is None:
+            if len(owner._batches) >= STATEMENTS_CACHED_MAX:
+                owner._batches.clear()
+            text = owner._batches[signature] = render(
+                signature, {t: s.ident for t, s in owner._sql.items()}
+            )
+        self._conn.execute(text, batch.params(), binary=True)
+
+    def _flush(self) -> None:
+        """:meth:`_send`, its error as the backend's."""
+        try:
+            self._send()
+        except psycopg.Error as e:
+            raise self._owner._failed(e, "writing") from e
 
     def scan(
         self,
@@ -550,9 +563,7 @@ class _PgWrite(_PgRead, WriteTxn):
             and table in self._owner._present
             and table not in self._owner._known.appended
         ):
-            s = self._sql(table)
-            assert s is not None
-            self._x(s.expect_none, (start, stop))
+            self._batch.expect_none(table, start, stop)
             self.assumed += 1
             return iter(())
         return super().scan(table, start, stop, reverse=reverse, limit=limit)
@@ -564,6 +575,7 @@ class _PgWrite(_PgRead, WriteTxn):
             return  # assuming: get() answers from what is known, or assumes absent
         try:
             # queued, no round trip
+            self._send()
             cur = self._conn.execute(s.get_many, (_bytea_array(ok),), binary=True)
         except psycopg.Error as e:
             raise self._owner._failed(e, "writing") from e
@@ -611,6 +623,7 @@ class _PgWrite(_PgRead, WriteTxn):
         return super().get_many(table, keys)
 
     def _q(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        self._flush()
         rows = super()._q(query, params)
         if self._wscope.lock is not None:  # the first read brought the lock's result too
             self._wscope.locked()
@@ -618,8 +631,9 @@ class _PgWrite(_PgRead, WriteTxn):
 
     def _x(self, query: str, params: tuple[Any, ...]) -> None:
         """Queue a write in the pipeline: sent with the next read or the COMMIT, no round trip
-        of its own (an error it meets is raised there)."""
+        of its own (an error it meets is raised there), after what :attr:`_batch` holds."""
         try:
+            self._send()
             self._conn.execute(query, params, binary=True)
         except psycopg.Error as e:
             raise self._owner._failed(e, "writing") from e
@@ -627,6 +641,7 @@ class _PgWrite(_PgRead, WriteTxn):
     def _n(self, query: str, params: tuple[Any, ...]) -> int:
         """Run a write now and return how many rows it changed."""
         try:
+            self._send()
             cur = self._conn.execute(query, params, binary=True)
             pipeline = self._conn._pipeline
             if pipeline is not None:
@@ -669,10 +684,8 @@ class _PgWrite(_PgRead, WriteTxn):
         if table not in self._owner._known.last:
             return False
         known = self._owner._known.last[table]
-        s = self._sql(table)
-        assert s is not None
         key, value = (None, None) if known is None else known
-        self._x(s.expect_last, (key,))
+        self._batch.expect_last(table, key)
         self.assumed += 1
         self._last[table] = key
         self._last_value[table] = value
@@ -706,10 +719,9 @@ class _PgWrite(_PgRead, WriteTxn):
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
         self._check_key(key)
-        s = self._sql(table)
-        assert s is not None
+        self._sql(table)
         value = bytes(value)
-        self._x(s.put, (key, value))
+        self._batch.write(table, {key: value}, new=False)
         self.seen[table, key] = value
         self._saw(table, key, value)
 
@@ -721,18 +733,16 @@ class _PgWrite(_PgRead, WriteTxn):
             return
         for k, _ in pairs:
             self._check_key(k)
-        s = self._sql(table)
-        assert s is not None
+        self._sql(table)
         last_wins = {k: bytes(v) for k, v in pairs}  # one INSERT may not change a row twice
-        arrays = (_bytea_array(last_wins), _bytea_array(last_wins.values()))
         if self._all_new(table, last_wins):
             # A plain INSERT: as fast as binary COPY (which pipeline mode cannot send), where
             # ON CONFLICT costs 2-3x; a key that exists after all fails it (unique_violation)
             # and the transaction runs again with the upsert (_StaleAssumption).
-            self._x(s.append_many, arrays)
+            self._batch.write(table, last_wins, new=True)
             self.assumed += 1
         else:
-            self._x(s.put_many, arrays)
+            self._batch.write(table, last_wins, new=False)
         for k, v in last_wins.items():
             self.seen[table, k] = v
             self._saw(table, k, v)
@@ -790,10 +800,9 @@ class _PgWrite(_PgRead, WriteTxn):
         self._pre.pop(table, None)  # a prefetched value may be stale now
         self._check_key(key)
         check_ascending(table, self._last_known(table), [(key, b"")])
-        s = self._sql(table)
-        assert s is not None
+        self._sql(table)
         value = bytes(value)
-        self._x(s.append, (key, value))
+        self._batch.write(table, {key: value}, new=True)
         self._appended(table, key, value)
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
@@ -803,13 +812,12 @@ class _PgWrite(_PgRead, WriteTxn):
         for k, _ in pairs:
             self._check_key(k)
         check_ascending(table, self._last_known(table), pairs)
-        s = self._sql(table)
-        assert s is not None
+        self._sql(table)
         if len(pairs) == 1:
             self.append(table, pairs[0][0], pairs[0][1])
             return
         values = [bytes(v) for _, v in pairs]
-        self._x(s.append_many, (_bytea_array([k for k, _ in pairs]), _bytea_array(values)))
+        self._batch.write(table, dict(zip([k for k, _ in pairs], values, strict=True)), new=True)
         for (key, _), value in zip(pairs, values, strict=True):
             self._appended(table, key, value)
         self._last[table] = pairs[-1][0]
@@ -904,6 +912,7 @@ class _WriteScope:
                 # Writes that need no lock (rows of this writer's own keys) go to the server
                 # first: their work overlaps the other writers' locked commits.
                 self.before_lock(txn)
+                txn._send()  # its statement goes before the lock's
             self.lock = conn.execute(owner._take_lock)
         except BaseException as e:
             self.__exit__(type(e), e, e.__traceback__)
@@ -1018,6 +1027,7 @@ class _WriteScope:
             assert txn is not None
             witness = txn.witness
             try:
+                txn._send()
                 if witness is None or not assumed:
                     self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
             except psycopg.Error as e:
@@ -1094,6 +1104,8 @@ class PostgresBackend(Backend):
         self.lock_held_s = 0.0
         # Transactions that ran on what the process knew and found it stale (run again).
         self.stale = 0
+        # rendered statements of the write batches met (postgres_batch.render)
+        self._batches: dict[tuple[Any, ...], str] = {}
         self._reset_connections()
         self._present: set[str] = set()
         delay = RETRY_SLEEP_S
