@@ -49,19 +49,21 @@ class ByteaArray(bytes):
 
 def bytea_array(items: Iterable[bytes | bytearray | memoryview | None]) -> ByteaArray:
     """``items`` as one binary ``bytea[]`` (one dimension, lower bound 1; ``None`` is NULL)."""
-    values = [v if type(v) is bytes or v is None else bytes(v) for v in items]
-    if not values:
+    pack = _ITEM_LEN.pack
+    parts: list[bytes | bytearray | memoryview] = [b""]
+    n = nulls = 0
+    for v in items:
+        n += 1
+        if v is None:
+            parts.append(_NULL_ITEM)
+            nulls = 1
+        else:
+            parts.append(pack(len(v)))
+            parts.append(v)
+    if not n:
         return ByteaArray(struct.pack("!iii", 0, 0, BYTEA_OID))
-    if any(v is None for v in values):
-        head = _ARRAY_HEADER.pack(1, 1, BYTEA_OID, len(values), 1)
-        parts = [_NULL_ITEM if v is None else _ITEM_LEN.pack(len(v)) + v for v in values]
-        return ByteaArray(head + b"".join(parts))
-    head = _ARRAY_HEADER.pack(1, 0, BYTEA_OID, len(values), 1)
-    present: list[bytes] = values  # type: ignore[assignment]  # no None: checked above
-    lens = map(_ITEM_LEN.pack, map(len, present))
-    return ByteaArray(
-        head + b"".join(itertools.chain.from_iterable(zip(lens, present, strict=True)))
-    )
+    parts[0] = _ARRAY_HEADER.pack(1, nulls, BYTEA_OID, n, 1)
+    return ByteaArray(b"".join(parts))
 
 
 class Batch:
