@@ -963,6 +963,10 @@ class _WriteScope:
             active = conn._pipeline
             if not stale and pipeline is not None and active is not None:
                 try:
+                    # The failure may follow from an assumption not sent yet (a row assumed
+                    # absent made the caller refuse its input): its assertions decide.
+                    if self.txn is not None:
+                        self.txn._send()
                     active.sync()
                 except psycopg.Error as e:
                     stale = not _lost(e)

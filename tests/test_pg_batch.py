@@ -59,8 +59,10 @@ def test_a_commit_on_assumptions_is_begin_lock_one_statement_commit(
 
         sent = _statements(backend, commit, monkeypatch)
         assert len(sent) == (5 if durability == "fsync" else 4), sent
-        assert sent[0].startswith("BEGIN") and "pg_advisory_xact_lock" in sent[1]
-        assert sent[2].startswith("WITH ") and sent[3] == "COMMIT"
+        assert sent[0].startswith("BEGIN")
+        assert "pg_advisory_xact_lock" in sent[1]
+        assert sent[2].startswith("WITH ")
+        assert sent[3] == "COMMIT"
         assert backend.stale == 0
         with backend.read() as r:
             assert list(r.scan("log")) == [(b"\x01", b"f1"), (b"\x02", b"f2")]
@@ -161,3 +163,38 @@ def test_bytea_arrays_with_nulls_read_back_as_sent(pg_schemas: PgSchemas, tmp_pa
     finally:
         conn.close()
         backend.close()
+
+
+def test_an_error_that_followed_from_an_assumption_runs_the_transaction_again(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """A row never seen is assumed absent; the caller, finding it absent, refuses its input
+    (raises). The assertion, not sent yet when the caller raised, decides: another writer had
+    created the row, so the transaction runs again reading what is stored and succeeds (a
+    worker saving an instance of a fan-out another process saved first)."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"mine", b"1")))
+        other.run_write(lambda t: t.put("a", b"shared", b"saved"))
+
+        def commit(txn: WriteTxn) -> bytes:
+            found = txn.get("a", b"shared")
+            if found is None:
+                raise LookupError("nothing is saved for 'shared'")
+            txn.put("a", b"mine", b"2")
+            return found
+
+        assert ours.run_write(commit) == b"saved"
+        assert ours.stale == 1
+
+        def absent(txn: WriteTxn) -> None:
+            if txn.get("a", b"never") is None:
+                raise LookupError("nothing is saved for 'never'")
+
+        with pytest.raises(LookupError):  # absent for real: the caller's error stands
+            ours.run_write(absent)
+        assert ours.stale == 1
+    finally:
+        ours.close()
+        other.close()
