@@ -133,7 +133,8 @@ RETRY_SLEEP_S = 0.05  # first backoff between write attempts; doubles, capped at
 # What a process keeps of the rows its write transactions wrote and read (_Known): rows, and
 # the largest value kept (a bigger one is read again when needed).
 KNOWN_ROWS_MAX = 65_536
-KNOWN_VALUE_BYTES_MAX = 16_384
+KNOWN_VALUE_BYTES_MAX = 1 << 20
+KNOWN_BYTES_MAX = 64 << 20  # the values kept, in all
 # After a transaction's assumptions failed, this many transactions at most read for real
 # before one runs on assumptions again (doubling from 1 while they keep failing).
 ASSUME_BACKOFF_MAX = 64
@@ -432,17 +433,22 @@ class _Known:
     writers' lock in the same round trip as the writes and the COMMIT: one that fails aborts
     the transaction, which runs again reading for real (:class:`_StaleAssumption`)."""
 
-    __slots__ = ("appended", "last", "rows")
+    __slots__ = ("appended", "last", "opaque", "rows", "size")
 
     def __init__(self) -> None:
         # (table, key) -> value (None: absent), least recently used first
         self.rows: OrderedDict[tuple[str, bytes], bytes | None] = OrderedDict()
+        self.size = 0  # bytes of the values in rows
+        # rows that exist with a value too big to keep: read, never assumed (absent or not)
+        self.opaque: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         # table -> (its greatest key, that row's value when known); None: the table is empty
         self.last: dict[str, tuple[bytes, bytes | None] | None] = {}
         self.appended: set[str] = set()  # tables rows were appended to: their rows not kept
 
     def clear(self) -> None:
         self.rows.clear()
+        self.opaque.clear()
+        self.size = 0
         self.last.clear()
 
     def get(self, table: str, key: bytes) -> tuple[bool, bytes | None]:
@@ -457,19 +463,34 @@ class _Known:
 
     def merge(self, rows: dict[tuple[str, bytes], bytes | None], dropped: list[str]) -> None:
         appended = self.appended
+        known = self.rows
         for t in dropped:
-            for k in [k for k in self.rows if k[0] == t]:
-                del self.rows[k]
+            for k in [k for k in known if k[0] == t]:
+                self._drop(k)
+            for k in [k for k in self.opaque if k[0] == t]:
+                del self.opaque[k]
         for k, v in rows.items():
             if k[0] in appended:
                 continue
+            self._drop(k)
             if v is not None and len(v) > KNOWN_VALUE_BYTES_MAX:
-                self.rows.pop(k, None)
+                self.opaque[k] = None
                 continue
-            self.rows[k] = v
-            self.rows.move_to_end(k)
-        while len(self.rows) > KNOWN_ROWS_MAX:
-            self.rows.popitem(last=False)
+            self.opaque.pop(k, None)
+            known[k] = v
+            if v is not None:
+                self.size += len(v)
+        while len(known) > KNOWN_ROWS_MAX or self.size > KNOWN_BYTES_MAX:
+            _, v = known.popitem(last=False)
+            if v is not None:
+                self.size -= len(v)
+        while len(self.opaque) > KNOWN_ROWS_MAX:
+            self.opaque.popitem(last=False)
+
+    def _drop(self, k: tuple[str, bytes]) -> None:
+        v = self.rows.pop(k, None)
+        if v is not None:
+            self.size -= len(v)
 
 
 class _StaleAssumption(RetryableWrite):
@@ -594,8 +615,11 @@ class _PgWrite(_PgRead, WriteTxn):
                 return self.seen[k]  # written (or asserted) in this transaction
             known, value = self._owner._known.get(table, key)
             # Unknown: assumed absent, except in a table rows are appended to (a log: its
-            # keys are read once they exist), which is read.
-            if known or table not in self._owner._known.appended:
+            # keys are read once they exist) and a row known to hold a value too big to
+            # keep, which are read.
+            if known or (
+                table not in self._owner._known.appended and k not in self._owner._known.opaque
+            ):
                 self._expect(table, key, value)
                 self.seen[k] = value
                 return value
@@ -755,6 +779,8 @@ class _PgWrite(_PgRead, WriteTxn):
         seen = self.seen
         for k in rows:
             if seen.get((table, k)) is not None or known.get(table, k)[1] is not None:
+                return False
+            if (table, k) in known.opaque:
                 return False
             if (table, k) in seen:
                 return False  # deleted or asserted absent in this transaction: upsert

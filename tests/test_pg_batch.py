@@ -198,3 +198,26 @@ def test_an_error_that_followed_from_an_assumption_runs_the_transaction_again(
     finally:
         ours.close()
         other.close()
+
+
+def test_a_row_too_big_to_keep_is_read_not_assumed_absent(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value over what the process keeps of the rows it wrote is remembered as there: a
+    transaction that reads it reads it (the LangGraph saver's latest row of a 64 KiB state,
+    read by every put), instead of assuming it absent and running again every time."""
+    from backends import postgres  # noqa: PLC0415
+
+    monkeypatch.setattr(postgres, "KNOWN_VALUE_BYTES_MAX", 64)
+    backend = _open(pg_schemas, tmp_path)
+    try:
+        big = b"s" * 1000
+        backend.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"big", big)))
+        for i in range(3):
+            got = backend.run_write(
+                lambda t, i=i: (t.get("a", b"big"), t.put("a", b"big", big + bytes([i])))[0]
+            )
+            assert got == (big if i == 0 else big + bytes([i - 1]))
+            assert backend.stale == 0
+    finally:
+        backend.close()
