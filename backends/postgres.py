@@ -964,9 +964,22 @@ class _WriteScope:
         the connection, and run it again reading for real."""
         owner = self.owner
         _end_quietly(pipeline)
-        # A new connection, not a ROLLBACK on this one: psycopg takes statements the failed
-        # pipeline prepared for prepared ("prepared statement ... does not exist" later).
-        owner._drop_writer()
+        # psycopg takes statements the failed pipeline prepared for prepared ("prepared
+        # statement ... does not exist" later): after the ROLLBACK its cache is emptied and
+        # the server's too (DEALLOCATE ALL), so they are prepared again. The connection is
+        # kept: a new one costs the server a process (~50 ms on a loaded machine), and
+        # stale assumptions are common where writers share a stream. (psycopg empties the
+        # cache itself only on the first ROLLBACK it meets; its cache is private API, so a
+        # psycopg without it gets a new connection, as before.)
+        prepared: Any = getattr(conn, "_prepared", None)
+        try:
+            if conn is None or conn.closed or conn.broken or not hasattr(prepared, "clear"):
+                raise psycopg.OperationalError("the write connection is not reusable")
+            conn.execute("ROLLBACK")
+            prepared.clear()
+            conn.execute("DEALLOCATE ALL")
+        except psycopg.Error:
+            owner._drop_writer()
         owner._stale_assumption()
         what = "" if e is None else f" ({type(e).__name__}: {' '.join(str(e).split())})"
         return _StaleAssumption(

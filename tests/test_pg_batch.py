@@ -221,3 +221,37 @@ def test_a_row_too_big_to_keep_is_read_not_assumed_absent(
             assert backend.stale == 0
     finally:
         backend.close()
+
+
+def test_stale_transactions_keep_the_connection_and_its_statements_prepare_again(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """A transaction whose assumptions failed is rolled back on its connection (no new
+    session), and the statements psycopg had prepared, or took as prepared in the failed
+    pipeline, work after it: 30 rounds, each stale once, each statement past psycopg's
+    threshold for preparing it."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(lambda t: (t.append("log", b"\x00", b"f"), t.put("a", b"x", b"0")))
+        conn = ours._wconn
+        for i in range(1, 31):
+            other.run_write(lambda t, i=i: t.put("a", b"x", b"%d" % i))
+
+            def commit(txn: WriteTxn, i: int = i) -> None:
+                assert txn.get("a", b"x") in (b"%d" % (i - 1), b"%d" % i)
+                last = txn.last_key("log")
+                assert last is not None
+                txn.append("log", last + b"\x00", b"f%d" % i)
+                txn.put("a", b"y", b"%d" % i)
+
+            ours._assume_skip = 0  # assume at once (not after the backoff): stale each time
+            ours.run_write(commit)
+            assert ours._wconn is conn
+        assert ours.stale == 30
+        with ours.read() as r:
+            assert r.get("a", b"y") == b"30"
+            assert r.count("log") == 31
+    finally:
+        ours.close()
+        other.close()
