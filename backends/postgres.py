@@ -23,9 +23,10 @@ Invariants:
 - One round trip for a commit whose process knows what it reads (``_Known``: what its own
   write transactions wrote and read as they committed, and each table's greatest key): such a
   transaction answers its reads from it and queues, after the lock, an assertion per read that
-  the server holds exactly that (``expect``, ``expect_last``: a division by zero when not),
-  then its writes, the COMMIT and the flush; all of it goes out at once. A failed assertion
-  aborts the pipeline: the transaction is dropped with its connection and runs again reading
+  the server holds exactly that (a division by zero when not), then its writes, the COMMIT and
+  the flush; all of it goes out at once, the assertions and writes queued between two
+  statements it must send as one statement (:mod:`backends.postgres_batch`). A failed
+  assertion aborts the pipeline: the transaction is rolled back and runs again reading
   for real (:class:`_StaleAssumption`, counted in ``stale``), and the next ones read for real
   for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
   commits pay a third round trip rarely. A key never seen is assumed absent (it is read in a
@@ -225,20 +226,13 @@ class _Sql:
     """The statements of one table, rendered once."""
 
     __slots__ = (
-        "append",
-        "append_many",
         "count",
         "delete",
         "delete_range",
-        "expect",
-        "expect_last",
-        "expect_none",
         "get",
         "get_many",
         "ident",
         "last",
-        "put",
-        "put_many",
         "scans",
     )
 
@@ -253,31 +247,8 @@ class _Sql:
         self.get_many = r("SELECT k, v FROM {t} WHERE k = ANY(%b::bytea[])")
         self.last = r("SELECT k FROM {t} ORDER BY k DESC LIMIT 1")
         self.count = r("SELECT count(*) FROM {t}")
-        self.put = r(
-            "INSERT INTO {t} (k, v) VALUES (%b, %b) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
-        )
-        self.put_many = r(
-            "INSERT INTO {t} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[]) "
-            "ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
-        )
-        self.append = r("INSERT INTO {t} (k, v) VALUES (%b, %b)")
-        self.append_many = r(
-            "INSERT INTO {t} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[])"
-        )
         self.delete = r("DELETE FROM {t} WHERE k = %b")
         self.delete_range = r("DELETE FROM {t} WHERE k >= %b AND (%b::bytea IS NULL OR k < %b)")
-        # Assertions of a transaction that runs on what its process knows (_Known): each
-        # fails with division_by_zero when the row (the greatest key) is not as assumed.
-        self.expect = r(
-            "SELECT 1 / ((SELECT v FROM {t} WHERE k = %b) IS NOT DISTINCT FROM %b::bytea)::int"
-        )
-        self.expect_none = r(
-            "SELECT 1 / (NOT EXISTS (SELECT 1 FROM {t} WHERE k >= %b AND k < %b))::int"
-        )
-        self.expect_last = r(
-            "SELECT 1 / ((SELECT k FROM {t} ORDER BY k DESC LIMIT 1) "
-            "IS NOT DISTINCT FROM %b::bytea)::int"
-        )
         # (has start, has stop, reverse) -> scan statement taking (bounds..., limit)
         self.scans: dict[tuple[bool, bool, bool], str] = {}
         for lo in (False, True):
@@ -429,7 +400,7 @@ class _Known:
     """What this process's own write transactions wrote and read, as they committed: a
     guess at what the server holds, never trusted. A transaction that runs on it
     (:attr:`_PgWrite.assuming`) answers a read from it and queues an assertion that the
-    server holds exactly that (:func:`_Sql` ``expect`` / ``expect_last``), checked after the
+    server holds exactly that (:class:`backends.postgres_batch.Batch`), checked after the
     writers' lock in the same round trip as the writes and the COMMIT: one that fails aborts
     the transaction, which runs again reading for real (:class:`_StaleAssumption`)."""
 
