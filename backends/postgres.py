@@ -23,9 +23,10 @@ Invariants:
 - One round trip for a commit whose process knows what it reads (``_Known``: what its own
   write transactions wrote and read as they committed, and each table's greatest key): such a
   transaction answers its reads from it and queues, after the lock, an assertion per read that
-  the server holds exactly that (``expect``, ``expect_last``: a division by zero when not),
-  then its writes, the COMMIT and the flush; all of it goes out at once. A failed assertion
-  aborts the pipeline: the transaction is dropped with its connection and runs again reading
+  the server holds exactly that (a division by zero when not), then its writes, the COMMIT and
+  the flush; all of it goes out at once, the assertions and writes queued between two
+  statements it must send as one statement (:mod:`backends.postgres_batch`). A failed
+  assertion aborts the pipeline: the transaction is rolled back and runs again reading
   for real (:class:`_StaleAssumption`, counted in ``stale``), and the next ones read for real
   for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
   commits pay a third round trip rarely. A key never seen is assumed absent (it is read in a
@@ -68,9 +69,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import logging
-import struct
 import threading
 import time
 from collections import OrderedDict
@@ -95,6 +94,14 @@ from backends.base import (
     current_pid,
     prefix_end,
 )
+from backends.postgres_batch import (
+    BYTEA_ARRAY_OID,
+    STATEMENTS_CACHED_MAX,
+    Batch,
+    ByteaArray,
+    bytea_array,
+    render,
+)
 from eventlog.errors import (
     CheckpointError,
     CommitOutcomeUnknown,
@@ -108,8 +115,6 @@ log = logging.getLogger("ckptlog.postgres")
 T = TypeVar("T")
 
 POSTGRES_KEY_BYTES_MAX = 511
-BYTEA_OID = 17
-BYTEA_ARRAY_OID = 1001
 DEFAULT_SCHEMA = "ckptlog"
 URL_SCHEMES = ("postgresql", "postgres")
 IDLE_READERS_MAX = 4  # pooled read connections kept open between reads
@@ -129,17 +134,12 @@ RETRY_SLEEP_S = 0.05  # first backoff between write attempts; doubles, capped at
 # What a process keeps of the rows its write transactions wrote and read (_Known): rows, and
 # the largest value kept (a bigger one is read again when needed).
 KNOWN_ROWS_MAX = 65_536
-KNOWN_VALUE_BYTES_MAX = 16_384
+KNOWN_VALUE_BYTES_MAX = 1 << 20
+KNOWN_BYTES_MAX = 64 << 20  # the values kept, in all
 # After a transaction's assumptions failed, this many transactions at most read for real
 # before one runs on assumptions again (doubling from 1 while they keep failing).
 ASSUME_BACKOFF_MAX = 64
 _GRAVEYARD: list[Any] = []  # a forked child's inherited connections: never used, never finished
-
-
-class ByteaArray(bytes):
-    """A ``bytea[]`` parameter already in PostgreSQL's binary array format
-    (:func:`_bytea_array`): sent as it is, without psycopg's per-item array dumping, which
-    cost more than the rest of writing a batch."""
 
 
 class _ByteaArrayDumper(Dumper):
@@ -150,20 +150,7 @@ class _ByteaArrayDumper(Dumper):
         return bytes(obj)
 
 
-_ARRAY_HEADER = struct.Struct("!iiiii")  # dimensions, has nulls, element type; size, lower bound
-_ITEM_LEN = struct.Struct("!i")
-
-
-def _bytea_array(items: Iterable[bytes | bytearray | memoryview]) -> ByteaArray:
-    """``items`` as one binary ``bytea[]`` (one dimension, no nulls, lower bound 1)."""
-    values = [v if type(v) is bytes else bytes(v) for v in items]
-    if not values:
-        return ByteaArray(struct.pack("!iii", 0, 0, BYTEA_OID))
-    head = _ARRAY_HEADER.pack(1, 0, BYTEA_OID, len(values), 1)
-    lens = map(_ITEM_LEN.pack, map(len, values))
-    return ByteaArray(
-        head + b"".join(itertools.chain.from_iterable(zip(lens, values, strict=True)))
-    )
+_bytea_array = bytea_array
 
 
 def is_postgres_url(location: object) -> bool:
@@ -239,24 +226,19 @@ class _Sql:
     """The statements of one table, rendered once."""
 
     __slots__ = (
-        "append",
-        "append_many",
         "count",
         "delete",
         "delete_range",
-        "expect",
-        "expect_last",
-        "expect_none",
         "get",
         "get_many",
+        "ident",
         "last",
-        "put",
-        "put_many",
         "scans",
     )
 
     def __init__(self, schema: str, table: str) -> None:
         t = sql.Identifier(schema, table)
+        self.ident = t.as_string(None)
 
         def r(q: str) -> str:
             return sql.SQL(q).format(t=t).as_string(None)
@@ -265,31 +247,8 @@ class _Sql:
         self.get_many = r("SELECT k, v FROM {t} WHERE k = ANY(%b::bytea[])")
         self.last = r("SELECT k FROM {t} ORDER BY k DESC LIMIT 1")
         self.count = r("SELECT count(*) FROM {t}")
-        self.put = r(
-            "INSERT INTO {t} (k, v) VALUES (%b, %b) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
-        )
-        self.put_many = r(
-            "INSERT INTO {t} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[]) "
-            "ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
-        )
-        self.append = r("INSERT INTO {t} (k, v) VALUES (%b, %b)")
-        self.append_many = r(
-            "INSERT INTO {t} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[])"
-        )
         self.delete = r("DELETE FROM {t} WHERE k = %b")
         self.delete_range = r("DELETE FROM {t} WHERE k >= %b AND (%b::bytea IS NULL OR k < %b)")
-        # Assertions of a transaction that runs on what its process knows (_Known): each
-        # fails with division_by_zero when the row (the greatest key) is not as assumed.
-        self.expect = r(
-            "SELECT 1 / ((SELECT v FROM {t} WHERE k = %b) IS NOT DISTINCT FROM %b::bytea)::int"
-        )
-        self.expect_none = r(
-            "SELECT 1 / (NOT EXISTS (SELECT 1 FROM {t} WHERE k >= %b AND k < %b))::int"
-        )
-        self.expect_last = r(
-            "SELECT 1 / ((SELECT k FROM {t} ORDER BY k DESC LIMIT 1) "
-            "IS NOT DISTINCT FROM %b::bytea)::int"
-        )
         # (has start, has stop, reverse) -> scan statement taking (bounds..., limit)
         self.scans: dict[tuple[bool, bool, bool], str] = {}
         for lo in (False, True):
@@ -441,21 +400,26 @@ class _Known:
     """What this process's own write transactions wrote and read, as they committed: a
     guess at what the server holds, never trusted. A transaction that runs on it
     (:attr:`_PgWrite.assuming`) answers a read from it and queues an assertion that the
-    server holds exactly that (:func:`_Sql` ``expect`` / ``expect_last``), checked after the
+    server holds exactly that (:class:`backends.postgres_batch.Batch`), checked after the
     writers' lock in the same round trip as the writes and the COMMIT: one that fails aborts
     the transaction, which runs again reading for real (:class:`_StaleAssumption`)."""
 
-    __slots__ = ("appended", "last", "rows")
+    __slots__ = ("appended", "last", "opaque", "rows", "size")
 
     def __init__(self) -> None:
         # (table, key) -> value (None: absent), least recently used first
         self.rows: OrderedDict[tuple[str, bytes], bytes | None] = OrderedDict()
+        self.size = 0  # bytes of the values in rows
+        # rows that exist with a value too big to keep: read, never assumed (absent or not)
+        self.opaque: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         # table -> (its greatest key, that row's value when known); None: the table is empty
         self.last: dict[str, tuple[bytes, bytes | None] | None] = {}
         self.appended: set[str] = set()  # tables rows were appended to: their rows not kept
 
     def clear(self) -> None:
         self.rows.clear()
+        self.opaque.clear()
+        self.size = 0
         self.last.clear()
 
     def get(self, table: str, key: bytes) -> tuple[bool, bytes | None]:
@@ -470,19 +434,34 @@ class _Known:
 
     def merge(self, rows: dict[tuple[str, bytes], bytes | None], dropped: list[str]) -> None:
         appended = self.appended
+        known = self.rows
         for t in dropped:
-            for k in [k for k in self.rows if k[0] == t]:
-                del self.rows[k]
+            for k in [k for k in known if k[0] == t]:
+                self._drop(k)
+            for k in [k for k in self.opaque if k[0] == t]:
+                del self.opaque[k]
         for k, v in rows.items():
             if k[0] in appended:
                 continue
+            self._drop(k)
             if v is not None and len(v) > KNOWN_VALUE_BYTES_MAX:
-                self.rows.pop(k, None)
+                self.opaque[k] = None
                 continue
-            self.rows[k] = v
-            self.rows.move_to_end(k)
-        while len(self.rows) > KNOWN_ROWS_MAX:
-            self.rows.popitem(last=False)
+            self.opaque.pop(k, None)
+            known[k] = v
+            if v is not None:
+                self.size += len(v)
+        while len(known) > KNOWN_ROWS_MAX or self.size > KNOWN_BYTES_MAX:
+            _, v = known.popitem(last=False)
+            if v is not None:
+                self.size -= len(v)
+        while len(self.opaque) > KNOWN_ROWS_MAX:
+            self.opaque.popitem(last=False)
+
+    def _drop(self, k: tuple[str, bytes]) -> None:
+        v = self.rows.pop(k, None)
+        if v is not None:
+            self.size -= len(v)
 
 
 class _StaleAssumption(RetryableWrite):
@@ -518,12 +497,38 @@ class _PgWrite(_PgRead, WriteTxn):
         # One row this transaction appended: if its COMMIT is cut off, the row tells whether
         # it committed (_WriteScope.__exit__).
         self.witness: tuple[str, bytes, bytes] | None = None
+        # Assertions and writes queued since the last statement: sent as one (_send).
+        self._batch = Batch()
 
     def _expect(self, table: str, key: bytes, value: bytes | None) -> None:
-        s = self._sql(table)
-        assert s is not None
-        self._x(s.expect, (key, value))
+        self._batch.expect(table, key, value)
         self.assumed += 1
+
+    def _send(self) -> None:
+        """Queue what :attr:`_batch` holds as one statement in the pipeline (no round trip;
+        an error it meets is raised with the next read or the COMMIT). Raises
+        :class:`psycopg.Error`."""
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = Batch()
+        signature = batch.signature()
+        owner = self._owner
+        text = owner._batches.get(signature)
+        if text is None:
+            if len(owner._batches) >= STATEMENTS_CACHED_MAX:
+                owner._batches.clear()
+            text = owner._batches[signature] = render(
+                signature, {t: s.ident for t, s in owner._sql.items()}
+            )
+        self._conn.execute(text, batch.params(), binary=True)
+
+    def _flush(self) -> None:
+        """:meth:`_send`, its error as the backend's."""
+        try:
+            self._send()
+        except psycopg.Error as e:
+            raise self._owner._failed(e, "writing") from e
 
     def scan(
         self,
@@ -550,9 +555,7 @@ class _PgWrite(_PgRead, WriteTxn):
             and table in self._owner._present
             and table not in self._owner._known.appended
         ):
-            s = self._sql(table)
-            assert s is not None
-            self._x(s.expect_none, (start, stop))
+            self._batch.expect_none(table, start, stop)
             self.assumed += 1
             return iter(())
         return super().scan(table, start, stop, reverse=reverse, limit=limit)
@@ -564,6 +567,7 @@ class _PgWrite(_PgRead, WriteTxn):
             return  # assuming: get() answers from what is known, or assumes absent
         try:
             # queued, no round trip
+            self._send()
             cur = self._conn.execute(s.get_many, (_bytea_array(ok),), binary=True)
         except psycopg.Error as e:
             raise self._owner._failed(e, "writing") from e
@@ -582,8 +586,11 @@ class _PgWrite(_PgRead, WriteTxn):
                 return self.seen[k]  # written (or asserted) in this transaction
             known, value = self._owner._known.get(table, key)
             # Unknown: assumed absent, except in a table rows are appended to (a log: its
-            # keys are read once they exist), which is read.
-            if known or table not in self._owner._known.appended:
+            # keys are read once they exist) and a row known to hold a value too big to
+            # keep, which are read.
+            if known or (
+                table not in self._owner._known.appended and k not in self._owner._known.opaque
+            ):
                 self._expect(table, key, value)
                 self.seen[k] = value
                 return value
@@ -611,6 +618,7 @@ class _PgWrite(_PgRead, WriteTxn):
         return super().get_many(table, keys)
 
     def _q(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        self._flush()
         rows = super()._q(query, params)
         if self._wscope.lock is not None:  # the first read brought the lock's result too
             self._wscope.locked()
@@ -618,8 +626,9 @@ class _PgWrite(_PgRead, WriteTxn):
 
     def _x(self, query: str, params: tuple[Any, ...]) -> None:
         """Queue a write in the pipeline: sent with the next read or the COMMIT, no round trip
-        of its own (an error it meets is raised there)."""
+        of its own (an error it meets is raised there), after what :attr:`_batch` holds."""
         try:
+            self._send()
             self._conn.execute(query, params, binary=True)
         except psycopg.Error as e:
             raise self._owner._failed(e, "writing") from e
@@ -627,6 +636,7 @@ class _PgWrite(_PgRead, WriteTxn):
     def _n(self, query: str, params: tuple[Any, ...]) -> int:
         """Run a write now and return how many rows it changed."""
         try:
+            self._send()
             cur = self._conn.execute(query, params, binary=True)
             pipeline = self._conn._pipeline
             if pipeline is not None:
@@ -669,10 +679,8 @@ class _PgWrite(_PgRead, WriteTxn):
         if table not in self._owner._known.last:
             return False
         known = self._owner._known.last[table]
-        s = self._sql(table)
-        assert s is not None
         key, value = (None, None) if known is None else known
-        self._x(s.expect_last, (key,))
+        self._batch.expect_last(table, key)
         self.assumed += 1
         self._last[table] = key
         self._last_value[table] = value
@@ -706,10 +714,9 @@ class _PgWrite(_PgRead, WriteTxn):
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
         self._check_key(key)
-        s = self._sql(table)
-        assert s is not None
+        self._sql(table)
         value = bytes(value)
-        self._x(s.put, (key, value))
+        self._batch.write(table, {key: value}, new=False)
         self.seen[table, key] = value
         self._saw(table, key, value)
 
@@ -721,18 +728,16 @@ class _PgWrite(_PgRead, WriteTxn):
             return
         for k, _ in pairs:
             self._check_key(k)
-        s = self._sql(table)
-        assert s is not None
+        self._sql(table)
         last_wins = {k: bytes(v) for k, v in pairs}  # one INSERT may not change a row twice
-        arrays = (_bytea_array(last_wins), _bytea_array(last_wins.values()))
         if self._all_new(table, last_wins):
             # A plain INSERT: as fast as binary COPY (which pipeline mode cannot send), where
             # ON CONFLICT costs 2-3x; a key that exists after all fails it (unique_violation)
             # and the transaction runs again with the upsert (_StaleAssumption).
-            self._x(s.append_many, arrays)
+            self._batch.write(table, last_wins, new=True)
             self.assumed += 1
         else:
-            self._x(s.put_many, arrays)
+            self._batch.write(table, last_wins, new=False)
         for k, v in last_wins.items():
             self.seen[table, k] = v
             self._saw(table, k, v)
@@ -745,6 +750,8 @@ class _PgWrite(_PgRead, WriteTxn):
         seen = self.seen
         for k in rows:
             if seen.get((table, k)) is not None or known.get(table, k)[1] is not None:
+                return False
+            if (table, k) in known.opaque:
                 return False
             if (table, k) in seen:
                 return False  # deleted or asserted absent in this transaction: upsert
@@ -790,10 +797,9 @@ class _PgWrite(_PgRead, WriteTxn):
         self._pre.pop(table, None)  # a prefetched value may be stale now
         self._check_key(key)
         check_ascending(table, self._last_known(table), [(key, b"")])
-        s = self._sql(table)
-        assert s is not None
+        self._sql(table)
         value = bytes(value)
-        self._x(s.append, (key, value))
+        self._batch.write(table, {key: value}, new=True)
         self._appended(table, key, value)
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
@@ -803,13 +809,12 @@ class _PgWrite(_PgRead, WriteTxn):
         for k, _ in pairs:
             self._check_key(k)
         check_ascending(table, self._last_known(table), pairs)
-        s = self._sql(table)
-        assert s is not None
+        self._sql(table)
         if len(pairs) == 1:
             self.append(table, pairs[0][0], pairs[0][1])
             return
         values = [bytes(v) for _, v in pairs]
-        self._x(s.append_many, (_bytea_array([k for k, _ in pairs]), _bytea_array(values)))
+        self._batch.write(table, dict(zip([k for k, _ in pairs], values, strict=True)), new=True)
         for (key, _), value in zip(pairs, values, strict=True):
             self._appended(table, key, value)
         self._last[table] = pairs[-1][0]
@@ -904,6 +909,7 @@ class _WriteScope:
                 # Writes that need no lock (rows of this writer's own keys) go to the server
                 # first: their work overlaps the other writers' locked commits.
                 self.before_lock(txn)
+                txn._send()  # its statement goes before the lock's
             self.lock = conn.execute(owner._take_lock)
         except BaseException as e:
             self.__exit__(type(e), e, e.__traceback__)
@@ -929,9 +935,22 @@ class _WriteScope:
         the connection, and run it again reading for real."""
         owner = self.owner
         _end_quietly(pipeline)
-        # A new connection, not a ROLLBACK on this one: psycopg takes statements the failed
-        # pipeline prepared for prepared ("prepared statement ... does not exist" later).
-        owner._drop_writer()
+        # psycopg takes statements the failed pipeline prepared for prepared ("prepared
+        # statement ... does not exist" later): after the ROLLBACK its cache is emptied and
+        # the server's too (DEALLOCATE ALL), so they are prepared again. The connection is
+        # kept: a new one costs the server a process (~50 ms on a loaded machine), and
+        # stale assumptions are common where writers share a stream. (psycopg empties the
+        # cache itself only on the first ROLLBACK it meets; its cache is private API, so a
+        # psycopg without it gets a new connection, as before.)
+        prepared: Any = getattr(conn, "_prepared", None)
+        try:
+            if conn is None or conn.closed or conn.broken or not hasattr(prepared, "clear"):
+                raise psycopg.OperationalError("the write connection is not reusable")
+            conn.execute("ROLLBACK")
+            prepared.clear()
+            conn.execute("DEALLOCATE ALL")
+        except psycopg.Error:
+            owner._drop_writer()
         owner._stale_assumption()
         what = "" if e is None else f" ({type(e).__name__}: {' '.join(str(e).split())})"
         return _StaleAssumption(
@@ -954,6 +973,10 @@ class _WriteScope:
             active = conn._pipeline
             if not stale and pipeline is not None and active is not None:
                 try:
+                    # The failure may follow from an assumption not sent yet (a row assumed
+                    # absent made the caller refuse its input): its assertions decide.
+                    if self.txn is not None:
+                        self.txn._send()
                     active.sync()
                 except psycopg.Error as e:
                     stale = not _lost(e)
@@ -1018,6 +1041,7 @@ class _WriteScope:
             assert txn is not None
             witness = txn.witness
             try:
+                txn._send()
                 if witness is None or not assumed:
                     self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
             except psycopg.Error as e:
@@ -1094,6 +1118,8 @@ class PostgresBackend(Backend):
         self.lock_held_s = 0.0
         # Transactions that ran on what the process knew and found it stale (run again).
         self.stale = 0
+        # rendered statements of the write batches met (postgres_batch.render)
+        self._batches: dict[tuple[Any, ...], str] = {}
         self._reset_connections()
         self._present: set[str] = set()
         delay = RETRY_SLEEP_S

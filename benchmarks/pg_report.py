@@ -181,8 +181,9 @@ def verdicts(payload: dict[str, Any]) -> list[str]:
         v = s["ratio_growth"]
         lines.append(
             f"Storage growth over {s['steps']:,} steps: ours {v:.4f} of PostgresSaver's "
-            f"(1/{1 / v:,.0f}; target <= 1/{1 / s['target_max']:g}): "
-            f"{'met' if v <= s['target_max'] else 'missed'}."
+            f"({f'1/{1 / v:,.0f}' if v < 1 else f'{v:.1f}x'}; "
+            f"target <= 1/{1 / s['target_max']:g}): "
+            f"{'met' if v <= s['target_max'] else '**missed**'}."
         )
     if "instances" in payload:
         s = payload["instances"]

@@ -78,7 +78,7 @@ def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -
         outs = [p.communicate()[0] for p in procs]
         wall = time.perf_counter() - start
         assert all(p.returncode == 0 for p in procs)
-        stats = {"elapsed": 0.0, "commits": 0.0, "lockwait": 0.0, "lockheld": 0.0}
+        stats = {"elapsed": 0.0, "commits": 0.0, "lockwait": 0.0, "lockheld": 0.0, "stale": 0.0}
         worst = 0.0
         for out in outs:
             for line in out.splitlines():
@@ -97,6 +97,7 @@ def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -
         "inst_per_s": instances / worst,
         "wall_s": wall,
         "commits": stats["commits"],
+        "stale": stats["stale"],
         "lock_wait_share": stats["lockwait"] / stats["elapsed"],
         "lock_busy_share": stats["lockheld"] / worst,
         "verify_ok": float(ok),

@@ -65,6 +65,7 @@ def main() -> int:
     emit(f"commits {getattr(backend, 'commits', 0)}")
     emit(f"lockwait {getattr(backend, 'lock_wait_s', 0.0):.4f}")
     emit(f"lockheld {getattr(backend, 'lock_held_s', 0.0):.4f}")
+    emit(f"stale {getattr(backend, 'stale', 0)}")
     return 0
 
 

@@ -1,0 +1,164 @@
+"""What a PostgreSQL write transaction queues between two reads, sent as one statement.
+
+A write transaction that runs on what its process knows (``backends.postgres._Known``) queues
+assertions (a row holds a value, a range is empty, a table's greatest key) and writes (upserts,
+plain inserts of rows assumed new). Sent one statement each, a LangGraph ``put`` was ~16
+statements, and psycopg's client-side cost per statement (~100 us of the process's CPU:
+building the cursor, dumping, the pipeline's communication) was most of the save's CPU.
+:class:`Batch` collects them instead and renders one statement:
+
+    WITH w0 AS (INSERT INTO t0 (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+                ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v),
+         w1 AS (INSERT INTO t1 (k, v) SELECT * FROM unnest($3::bytea[], $4::bytea[])), ...
+    SELECT 1 / (<assertion> AND <assertion> ...)::int
+
+Its data-modifying ``WITH`` clauses always run to completion, and every part of the statement
+reads one snapshot: the one from before the statement's own writes. That is what the
+assertions mean: each is about a row this transaction has not written (the transaction answers
+a read of a row it wrote from what it wrote, and never assumes the greatest key or an empty
+range of a table it wrote to). A failed assertion divides by zero, a row assumed new that
+exists fails its plain ``INSERT`` (``unique_violation``): either fails the statement, and the
+transaction runs again reading for real, as before.
+
+One statement may not change a row twice, so the writes are folded per key first: the last
+value wins (as the statements in order would have left it), and a key written both ways is
+upserted. Keys are checked by the caller (non-empty, at most 511 bytes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+BYTEA_OID = 17
+BYTEA_ARRAY_OID = 1001
+STATEMENTS_CACHED_MAX = 256  # rendered statement texts kept per backend
+
+_ARRAY_HEADER = struct.Struct("!iiiii")  # dimensions, has nulls, element type; size, lower bound
+_ITEM_LEN = struct.Struct("!i")
+_NULL_ITEM = _ITEM_LEN.pack(-1)
+
+
+class ByteaArray(bytes):
+    """A ``bytea[]`` parameter already in PostgreSQL's binary array format
+    (:func:`bytea_array`): sent as it is, without psycopg's per-item array dumping, which
+    cost more than the rest of writing a batch."""
+
+
+def bytea_array(items: Iterable[bytes | bytearray | memoryview | None]) -> ByteaArray:
+    """``items`` as one binary ``bytea[]`` (one dimension, lower bound 1; ``None`` is NULL)."""
+    pack = _ITEM_LEN.pack
+    parts: list[bytes | bytearray | memoryview] = [b""]
+    n = nulls = 0
+    for v in items:
+        n += 1
+        if v is None:
+            parts.append(_NULL_ITEM)
+            nulls = 1
+        else:
+            parts.append(pack(len(v)))
+            parts.append(v)
+    if not n:
+        return ByteaArray(struct.pack("!iii", 0, 0, BYTEA_OID))
+    parts[0] = _ARRAY_HEADER.pack(1, nulls, BYTEA_OID, n, 1)
+    return ByteaArray(b"".join(parts))
+
+
+class Batch:
+    """Assertions and writes queued by one write transaction since its last statement."""
+
+    __slots__ = ("checks", "expects", "inserts", "upserts")
+
+    def __init__(self) -> None:
+        # table -> key -> the value assumed (None: absent)
+        self.expects: dict[str, dict[bytes, bytes | None]] = {}
+        # ("none", table, (start, stop)) / ("last", table, (key or None,))
+        self.checks: list[tuple[str, str, tuple[bytes | None, ...]]] = []
+        # table -> key -> value; plain INSERT (rows assumed new) or upsert
+        self.inserts: dict[str, dict[bytes, bytes]] = {}
+        self.upserts: dict[str, dict[bytes, bytes]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.expects or self.checks or self.inserts or self.upserts)
+
+    def expect(self, table: str, key: bytes, value: bytes | None) -> None:
+        self.expects.setdefault(table, {})[key] = value
+
+    def expect_none(self, table: str, start: bytes, stop: bytes) -> None:
+        self.checks.append(("none", table, (start, stop)))
+
+    def expect_last(self, table: str, key: bytes | None) -> None:
+        self.checks.append(("last", table, (key,)))
+
+    def write(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
+        """Queue ``rows``; ``new``: assumed absent, written by a plain ``INSERT``."""
+        upserts = self.upserts.get(table)
+        if new:
+            if upserts:
+                fresh = {}
+                for k, v in rows.items():
+                    if k in upserts:
+                        upserts[k] = v
+                    else:
+                        fresh[k] = v
+                rows = fresh
+            self.inserts.setdefault(table, {}).update(rows)
+            return
+        inserts = self.inserts.get(table)
+        if inserts:
+            for k in rows:
+                inserts.pop(k, None)  # written twice: upserted, the last value wins
+        if upserts is None:
+            self.upserts[table] = dict(rows)
+        else:
+            upserts.update(rows)
+
+    def signature(self) -> tuple[Any, ...]:
+        return (
+            tuple(self.upserts),
+            tuple(self.inserts),
+            tuple(self.expects),
+            tuple((kind, table) for kind, table, _ in self.checks),
+        )
+
+    def params(self) -> list[Any]:
+        out: list[Any] = []
+        for rows in itertools.chain(self.upserts.values(), self.inserts.values()):
+            out.append(bytea_array(rows))
+            out.append(bytea_array(rows.values()))
+        for assumed in self.expects.values():
+            out.append(bytea_array(assumed))
+            out.append(bytea_array(assumed.values()))
+        for _, _, args in self.checks:
+            out.extend(args)
+        return out
+
+
+def render(signature: tuple[Any, ...], ident: dict[str, str]) -> str:
+    """The statement of a batch of ``signature`` (:meth:`Batch.signature`); ``ident``: each
+    table's quoted ``schema."name"``."""
+    upserts, inserts, expects, checks = signature
+    rows = "INSERT INTO {} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[])"
+    writes = [
+        rows.format(ident[t]) + " ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v" for t in upserts
+    ]
+    writes += [rows.format(ident[t]) for t in inserts]
+    conds = [
+        "NOT EXISTS (SELECT 1 FROM unnest(%b::bytea[], %b::bytea[]) AS e(k, v) "
+        f"WHERE (SELECT r.v FROM {ident[t]} AS r WHERE r.k = e.k) IS DISTINCT FROM e.v)"
+        for t in expects
+    ]
+    for kind, t in checks:
+        if kind == "none":
+            conds.append(f"NOT EXISTS (SELECT 1 FROM {ident[t]} WHERE k >= %b AND k < %b)")
+        else:
+            conds.append(
+                f"(SELECT k FROM {ident[t]} ORDER BY k DESC LIMIT 1) IS NOT DISTINCT FROM %b::bytea"
+            )
+    head = ""
+    if writes:
+        head = "WITH " + ", ".join(f"w{i} AS ({w})" for i, w in enumerate(writes)) + " "
+    tail = "SELECT 1" if not conds else f"SELECT 1 / ({' AND '.join(conds)})::int"
+    return head + tail

@@ -1,0 +1,257 @@
+"""A PostgreSQL write transaction's queued assertions and writes go to the server as one
+statement (``backends/postgres_batch.py``): what the statements in order would have done, in
+fewer statements.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pg_schemas import PgSchemas
+
+from backends.base import WriteTxn
+from backends.postgres import PostgresBackend
+from backends.postgres_batch import bytea_array
+
+TABLES = ("log", "a", "b")
+
+
+def _open(pg_schemas: PgSchemas, tmp_path: Path, **kw: Any) -> PostgresBackend:
+    return PostgresBackend(pg_schemas.url(tmp_path), tables=TABLES, **kw)
+
+
+def _statements(backend: PostgresBackend, fn: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statements the write connection was given while ``backend.run_write(fn)`` ran."""
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if self is backend._wconn:
+            sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(psycopg.Connection, "execute", counting)
+        backend.run_write(fn)
+    return sent
+
+
+@pytest.mark.parametrize("durability", ["fsync", "process"])
+def test_a_commit_on_assumptions_is_begin_lock_one_statement_commit(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    """Assertions of three kinds and writes to three tables, plain and upserted: BEGIN, the
+    lock, one statement, COMMIT (and the flush)."""
+    backend = _open(pg_schemas, tmp_path, durability=durability)
+    try:
+        backend.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"x", b"1")))
+
+        def commit(txn: WriteTxn) -> None:
+            assert txn.get("a", b"x") == b"1"  # known: asserted
+            assert txn.get("a", b"y") is None  # never seen: assumed absent, asserted
+            assert next(iter(txn.scan("b", b"p", b"q", limit=1)), None) is None
+            txn.append("log", b"\x02", b"f2")  # the log's greatest key: asserted
+            txn.put("a", b"x", b"2")
+            txn.put_many("b", [(b"p1", b"v1"), (b"p2", b"v2")])  # assumed new: plain INSERT
+
+        sent = _statements(backend, commit, monkeypatch)
+        assert len(sent) == (5 if durability == "fsync" else 4), sent
+        assert sent[0].startswith("BEGIN")
+        assert "pg_advisory_xact_lock" in sent[1]
+        assert sent[2].startswith("WITH ")
+        assert sent[3] == "COMMIT"
+        assert backend.stale == 0
+        with backend.read() as r:
+            assert list(r.scan("log")) == [(b"\x01", b"f1"), (b"\x02", b"f2")]
+            assert r.get("a", b"x") == b"2"
+            assert list(r.scan("b")) == [(b"p1", b"v1"), (b"p2", b"v2")]
+    finally:
+        backend.close()
+
+
+def test_a_row_written_twice_in_one_statement_keeps_the_last_value(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """One statement may not change a row twice: rows written twice (inserted as new, then
+    upserted; upserted, then in a batch assumed new) are folded, the last value winning."""
+    backend = _open(pg_schemas, tmp_path)
+    try:
+        backend.run_write(lambda t: t.put("a", b"seed", b"s"))
+
+        def commit(txn: WriteTxn) -> None:
+            txn.put_many("b", [(b"k1", b"old"), (b"k2", b"v2")])  # assumed new
+            txn.put("b", b"k1", b"new")
+            txn.put("a", b"u", b"first")
+            txn.put("a", b"u", b"second")
+            txn.put_many("a", [(b"u", b"third"), (b"w", b"w")])
+
+        backend.run_write(commit)
+        assert backend.stale == 0
+        with backend.read() as r:
+            assert list(r.scan("b")) == [(b"k1", b"new"), (b"k2", b"v2")]
+            assert r.get("a", b"u") == b"third"
+            assert r.get("a", b"w") == b"w"
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("what", ["changed", "created", "range", "last", "inserted"])
+def test_an_assumption_another_writer_broke_runs_the_transaction_again(
+    pg_schemas: PgSchemas, tmp_path: Path, what: str
+) -> None:
+    """Each kind of assertion in the one statement fails when another writer changed what it
+    assumed: nothing of the attempt commits, and the transaction runs again on what is
+    stored."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"x", b"1")))
+        if what == "changed":
+            other.run_write(lambda t: t.put("a", b"x", b"2"))
+        elif what == "created":
+            other.run_write(lambda t: t.put("a", b"y", b"other's"))
+        elif what == "range":
+            other.run_write(lambda t: t.put("b", b"p5", b"other's"))
+        elif what == "last":
+            other.run_write(lambda t: t.append("log", b"\x02", b"other's"))
+        else:
+            other.run_write(lambda t: t.put("b", b"n1", b"other's"))
+        seen: list[tuple[Any, ...]] = []
+
+        def commit(txn: WriteTxn) -> None:
+            got = (
+                txn.get("a", b"x"),
+                txn.get("a", b"y"),
+                next(iter(txn.scan("b", b"p", b"q", limit=1)), None),
+                txn.last_key("log"),
+            )
+            seen.append(got)
+            txn.put("a", b"z", repr(got).encode())
+            txn.put_many("b", [(b"n1", b"ours"), (b"n2", b"ours")])
+
+        ours.run_write(commit)
+        assert ours.stale == 1
+        assert len(seen) == 2
+        with ours.read() as r:
+            assert r.get("a", b"z") == repr(seen[-1]).encode()
+            assert r.get("b", b"n1") == b"ours"
+            truth = (
+                r.get("a", b"x"),
+                r.get("a", b"y"),
+                next(iter(r.scan("b", b"p", b"q", limit=1)), None),
+                r.last_key("log"),
+            )
+        assert seen[-1] == truth
+        assert seen[0] != truth or what == "inserted"
+    finally:
+        ours.close()
+        other.close()
+
+
+def test_bytea_arrays_with_nulls_read_back_as_sent(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    """``None`` items go as NULL elements (an assertion that a row is absent)."""
+    backend = _open(pg_schemas, tmp_path)
+    conn = backend._connect()
+    try:
+        items = [b"a", None, b"", None, b"\x00" * 5000]
+        row = conn.execute("SELECT %b::bytea[]", (bytea_array(items),), binary=True).fetchone()
+        assert row is not None
+        assert [None if v is None else bytes(v) for v in row[0]] == items
+    finally:
+        conn.close()
+        backend.close()
+
+
+def test_an_error_that_followed_from_an_assumption_runs_the_transaction_again(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """A row never seen is assumed absent; the caller, finding it absent, refuses its input
+    (raises). The assertion, not sent yet when the caller raised, decides: another writer had
+    created the row, so the transaction runs again reading what is stored and succeeds (a
+    worker saving an instance of a fan-out another process saved first)."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"mine", b"1")))
+        other.run_write(lambda t: t.put("a", b"shared", b"saved"))
+
+        def commit(txn: WriteTxn) -> bytes:
+            found = txn.get("a", b"shared")
+            if found is None:
+                raise LookupError("nothing is saved for 'shared'")
+            txn.put("a", b"mine", b"2")
+            return found
+
+        assert ours.run_write(commit) == b"saved"
+        assert ours.stale == 1
+
+        def absent(txn: WriteTxn) -> None:
+            if txn.get("a", b"never") is None:
+                raise LookupError("nothing is saved for 'never'")
+
+        with pytest.raises(LookupError):  # absent for real: the caller's error stands
+            ours.run_write(absent)
+        assert ours.stale == 1
+    finally:
+        ours.close()
+        other.close()
+
+
+def test_a_row_too_big_to_keep_is_read_not_assumed_absent(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value over what the process keeps of the rows it wrote is remembered as there: a
+    transaction that reads it reads it (the LangGraph saver's latest row of a 64 KiB state,
+    read by every put), instead of assuming it absent and running again every time."""
+    from backends import postgres  # noqa: PLC0415
+
+    monkeypatch.setattr(postgres, "KNOWN_VALUE_BYTES_MAX", 64)
+    backend = _open(pg_schemas, tmp_path)
+    try:
+        big = b"s" * 1000
+        backend.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"big", big)))
+        for i in range(3):
+            got = backend.run_write(
+                lambda t, i=i: (t.get("a", b"big"), t.put("a", b"big", big + bytes([i])))[0]
+            )
+            assert got == (big if i == 0 else big + bytes([i - 1]))
+            assert backend.stale == 0
+    finally:
+        backend.close()
+
+
+def test_stale_transactions_keep_the_connection_and_its_statements_prepare_again(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """A transaction whose assumptions failed is rolled back on its connection (no new
+    session), and the statements psycopg had prepared, or took as prepared in the failed
+    pipeline, work after it: 30 rounds, each stale once, each statement past psycopg's
+    threshold for preparing it."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(lambda t: (t.append("log", b"\x00", b"f"), t.put("a", b"x", b"0")))
+        conn = ours._wconn
+        for i in range(1, 31):
+            other.run_write(lambda t, i=i: t.put("a", b"x", b"%d" % i))
+
+            def commit(txn: WriteTxn, i: int = i) -> None:
+                assert txn.get("a", b"x") in (b"%d" % (i - 1), b"%d" % i)
+                last = txn.last_key("log")
+                assert last is not None
+                txn.append("log", last + b"\x00", b"f%d" % i)
+                txn.put("a", b"y", b"%d" % i)
+
+            ours._assume_skip = 0  # assume at once (not after the backoff): stale each time
+            ours.run_write(commit)
+            assert ours._wconn is conn
+        assert ours.stale == 30
+        with ours.read() as r:
+            assert r.get("a", b"y") == b"30"
+            assert r.count("log") == 31
+    finally:
+        ours.close()
+        other.close()
