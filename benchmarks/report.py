@@ -906,8 +906,7 @@ def write_doc(
         )
     plots, note = plot(payload, plots_dir)
     doc.parent.mkdir(parents=True, exist_ok=True)
-    tmp = doc.with_name(doc.name + ".tmp")
-    tmp.write_text(
+    page = (
         render(
             payload,
             json_path=str(shown),
@@ -918,8 +917,48 @@ def write_doc(
             extra_sections=run_sections(payload, str(shown), plots_dir, published=None),
         )
         + _durable_section()
-        + _tail_sql_section(),
-        encoding="utf-8",
+        + _tail_sql_section()
     )
+    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    tmp = doc.with_name(doc.name + ".tmp")
+    tmp.write_text(with_kept_sections(old, page), encoding="utf-8")
     tmp.replace(doc)
     return doc
+
+
+def _split(page: str) -> tuple[str, list[tuple[str, str]]]:
+    """``page`` as its head (before the first ``## ``) and its ``(heading, section)`` list."""
+    parts = page.split("\n## ")
+    head, rest = parts[0] + "\n", parts[1:]
+    out = []
+    for part in rest:
+        body = "## " + part
+        out.append((body.split("\n", 1)[0], body if body.endswith("\n") else body + "\n"))
+    return head, out
+
+
+def with_kept_sections(old: str, page: str) -> str:
+    """``page`` with the ``## `` sections of the page as it was (``old``) that ``page`` does
+    not have: those another benchmark script wrote (an issue's own run, with its own JSON) or a
+    partial run added. Each goes back after the section it followed before, so that a full run
+    never deletes them nor moves them around."""
+    head, new = _split(page)
+    _, before = _split(old) if old else ("", [])
+    have = {h for h, _ in new}
+    after = None
+    for heading, section in before:
+        if heading in have:
+            after = heading
+            continue
+        at = next(
+            (i + 1 for i, (h, _) in enumerate(new) if h == after), 0 if after is None else len(new)
+        )
+        new.insert(at, (heading, section))
+        have.add(heading)
+        after = heading
+    return (
+        head.rstrip("\n")
+        + "\n\n"
+        + "".join(sec if sec.endswith("\n\n") else sec + "\n" for _, sec in new).rstrip("\n")
+        + "\n"
+    )

@@ -531,3 +531,26 @@ def test_bench_list_and_a_run_work_without_openarmature(tmp_path: Path) -> None:
     data = json.loads(out.read_text(encoding="utf-8"))
     assert _row(data, "linear", "state=200", "ckptlog-process")["status"] == "ok"
     assert _row(data, "instances", "n=1000", "jsonl-fsync")["status"] == "ok"
+
+
+def test_a_full_report_keeps_the_sections_other_scripts_wrote_in_place() -> None:
+    """A full run regenerates the page; a section it does not render (an issue's own run, from
+    its own JSON) stays, after the section it followed, and a rendered one is replaced."""
+    from benchmarks.report import with_kept_sections  # noqa: PLC0415
+
+    old = "# B\n\nintro\n\n## A\nold a\n\n## Mine\nkept\n\n## C\nold c\n\n## Last\nkept too\n"
+    page = "# B\n\nnew intro\n\n## A\nnew a\n\n## C\nnew c\n"
+    got = with_kept_sections(old, page)
+    assert [line for line in got.splitlines() if line.startswith("## ")] == [
+        "## A",
+        "## Mine",
+        "## C",
+        "## Last",
+    ]
+    assert "new a" in got
+    assert "old a" not in got
+    assert "kept\n" in got
+    assert "kept too" in got
+    assert "new intro" in got
+    assert with_kept_sections(got, page) == got
+    assert with_kept_sections("", page).count("## ") == 2
