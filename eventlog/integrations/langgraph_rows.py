@@ -36,7 +36,8 @@ BLOBS: Final = "lg_blobs"
 WRITES: Final = "lg_writes"
 RUNS: Final = "lg_runs"
 LATEST: Final = "lg_latest"
-TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS, LATEST)
+READS: Final = "lg_reads"
+TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS, LATEST, READS)
 VIEW_TABLES: Final = (CHECKPOINTS, BLOBS, WRITES)  # keyed by sid first
 
 STREAM_PREFIX: Final = "lg:"
@@ -49,6 +50,7 @@ CHAIN_RATIO: Final = 2  # ... or once the deltas since the keyframe outweigh it 
 PATCH_MIN_BYTES: Final = 2048  # smaller values are stored in full (a patch would not pay)
 MEMO_ENTRIES_MAX: Final = 4096  # (stream, channel) pairs whose last blob this process remembers
 MEMO_BYTES_MAX: Final = 64 << 20  # bytes of values (and patch bases) that memos keep alive
+INLINE_MAX: Final = 2048  # a blob this small (its data) is copied into each read row naming it
 
 
 class Serde(Protocol):
@@ -84,7 +86,22 @@ class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
     writes: tuple[tuple[str, str, LgWrite], ...]
 
 
+class ReadRow(msgspec.Struct, frozen=True, array_like=True):
+    """A checkpoint as ``get_tuple`` / ``list`` read it, one row per checkpoint (``lg_reads``):
+    its row, body and versions, and per channel that has a blob at its version (an empty one
+    too) ``(channel, seq, blob)``: the seq of the frame holding that blob (the blob index's
+    entry when the checkpoint was stored) and the blob itself when its data is at most
+    ``INLINE_MAX`` bytes (``None``: read it from that frame). A delta names its keyframe."""
+
+    row: CkptRow
+    checkpoint_type: str
+    checkpoint: bytes
+    versions: dict[str, str | int | float]
+    values: tuple[tuple[str, int, LgBlob | None], ...]
+
+
 _dec_latest = msgspec.msgpack.Decoder(LatestRow)
+_dec_read = msgspec.msgpack.Decoder(ReadRow)
 _dec_latest_writes = msgspec.msgpack.Decoder(LatestWrites)
 
 
@@ -211,6 +228,51 @@ def read_checkpoint_row(txn: ReadTxn, sid: int, checkpoint_id: str) -> CkptRow |
     return None if raw is None else _dec_ckpt.decode(raw)
 
 
+def read_row(txn: ReadTxn, sid: int, checkpoint_id: str) -> ReadRow | None:
+    """The ``lg_reads`` row of a checkpoint, ``None`` when absent (a checkpoint stored before
+    read rows existed: readers fall back to its frame)."""
+    try:
+        raw = txn.get(READS, checkpoint_key(sid, checkpoint_id))
+    except CheckpointError:  # a log opened read-only that never had the table
+        return None
+    return None if raw is None else _dec_read.decode(raw)
+
+
+def decode_read_row(raw: bytes) -> ReadRow:
+    return _dec_read.decode(raw)
+
+
+def _slot_blob(blob: LgBlob) -> LgBlob | None:
+    return blob if len(blob.data) <= INLINE_MAX else None
+
+
+def make_read_row(txn: ReadTxn, sid: int, seq: int, frame: LgCheckpoint) -> ReadRow:
+    """The read row of ``frame`` (stored at ``seq``, its blobs indexed): its own blobs, and for
+    each other channel the blob index's seq, with the blob copied from the parent's read row
+    when that names the same frame (else read later from the frame)."""
+    mine = {b.channel: b for b in frame.blobs}
+    parent: dict[str, tuple[int, LgBlob | None]] | None = None
+    values: list[tuple[str, int, LgBlob | None]] = []
+    for channel, version in frame.versions.items():
+        b = mine.get(channel)
+        if b is not None:
+            values.append((channel, seq, _slot_blob(b)))
+            continue
+        raw = txn.get(BLOBS, blob_key(sid, channel, version_key(version)))
+        if raw is None:
+            continue
+        at = U64.unpack(raw)[0]
+        if parent is None:
+            pr = None if frame.parent_id is None else read_row(txn, sid, frame.parent_id)
+            parent = {} if pr is None else {ch: (s, bl) for ch, s, bl in pr.values}
+        got = parent.get(channel)
+        values.append((channel, at, got[1] if got is not None and got[0] == at else None))
+    return ReadRow(
+        checkpoint_row(seq, frame), frame.checkpoint_type, frame.checkpoint,
+        dict(frame.versions), tuple(values),
+    )  # fmt: skip
+
+
 def latest_checkpoint(txn: ReadTxn, sid: int) -> tuple[str, CkptRow] | None:
     """The checkpoint with the greatest id (LangGraph ids sort by creation time)."""
     for key, raw in txn.scan_prefix(CHECKPOINTS, U64.pack(sid), reverse=True, limit=1):
@@ -277,6 +339,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
             txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
         for blob in frame.blobs:
             txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
+        txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
         txn.put(THREADS, tkey, k)
     elif isinstance(frame, LgWrites):
         for pos, w in enumerate(frame.writes):
@@ -298,6 +361,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
                 if run is not None:
                     txn.delete(RUNS, run_key(run, sid, key[8:].decode("utf-8", "surrogatepass")))
             txn.delete_prefix(CHECKPOINTS, k)
+            txn.delete_prefix(READS, k)
             txn.delete_prefix(BLOBS, k)
             txn.delete_prefix(WRITES, k)
             txn.delete(THREADS, tkey)
@@ -308,6 +372,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
                 if row.run_id is not None:
                     txn.delete(RUNS, run_key(row.run_id, sid, cid))
                 txn.delete(CHECKPOINTS, checkpoint_key(sid, cid))
+                txn.delete(READS, checkpoint_key(sid, cid))
             txn.delete_prefix(WRITES, writes_prefix(sid, cid))
         if not any(next(iter(txn.scan_prefix(t, k, limit=1)), None) for t in VIEW_TABLES):
             txn.delete(THREADS, tkey)  # the view is empty, as the fold says
