@@ -60,10 +60,11 @@ class Patches:
 
     Keyed by ``(sid, seq, channel)``: the bytes a blob stores at a stream seq never change
     (seqs are not reused), so what is kept stays right across transactions. Kept: the full
-    bytes of the last full and patched blobs written or read (up to ``RESOLVED_BYTES_MAX``:
-    the keyframes and latest values of the threads in use), so a read whose base is kept
-    decodes neither the base's frame nor the patch; and per thread the decoders of the last
-    ``PATCH_BASES_KEPT`` bases (a keyframe is the base of up to ``KEYFRAME_EVERY`` patches).
+    bytes of the last full and patched blobs written, and of the keyframes reads resolved a
+    patch against (up to ``RESOLVED_BYTES_MAX``: the keyframes and latest values of the
+    threads in use), so a read whose base is kept decodes no frame but the patch's; and per
+    thread the decoders of the last ``PATCH_BASES_KEPT`` bases (a keyframe is the base of up
+    to ``KEYFRAME_EVERY`` patches).
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -130,10 +131,13 @@ def materialize(sid: int, chain: Chain, loads: Loads, patches: Patches) -> Any:
     while chain[j][1].kind == BLOB_PATCH:
         j += 1
     data = chain[j][1].data
+    if j > i:  # a keyframe read from its frame: keep its bytes (the base
+        # of up to KEYFRAME_EVERY patches), so the next read of one of them reads no frame
+        key = (sid, chain[j][0], chain[j][1].channel)
+        if patches.known(key) is None:
+            patches.keep(key, (chain[j][1].type, data))
     for k in range(j - 1, i - 1, -1):
         data = patches.apply((sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data)
-    if j > i:
-        patches.keep((sid, chain[i][0], chain[i][1].channel), (chain[i][1].type, data))
     value = loads((chain[i][1].type, data))
     if i == 0:
         return value
@@ -159,7 +163,10 @@ def kept_chain(sid: int, chain: Chain, patches: Patches) -> Chain:
 
 
 class BlobReader:
-    """Reads channel values of one stream inside one read transaction (frames cached)."""
+    """Reads channel values of one stream inside one read transaction (frames cached).
+
+    Frames are read without checking their checksum (``verify`` checks every frame's): their
+    stream and seq, envelope and decoding are checked (:func:`read_frame`)."""
 
     def __init__(
         self,
@@ -179,7 +186,7 @@ class BlobReader:
     def frame(self, seq: int) -> Any:
         frame = self._frames.get(seq)
         if frame is None:
-            frame = read_frame(self.log, self.txn, self.sid, seq)
+            frame = read_frame(self.log, self.txn, self.sid, seq, checksum=False)
             self._frames[seq] = frame
         return frame
 

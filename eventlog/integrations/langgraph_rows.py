@@ -396,8 +396,11 @@ def read_view(txn: ReadTxn, sid: int) -> StreamView:
 # -- frames and blobs --------------------------------------------------------------------------
 
 
-def read_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int) -> Any:
-    """The frame at ``seq`` of stream ``sid``, checksum and position verified."""
+def read_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int, *, checksum: bool = True) -> Any:
+    """The frame at ``seq`` of stream ``sid``, position verified, and its checksum unless
+    ``checksum=False`` (LangGraph reads: ``verify`` checks every frame's checksum; a read checks
+    the envelope's length, version and flags, its stream and seq, and that its payload
+    decompresses and decodes as a frame)."""
     gkey = txn.get(STREAMS, U64X2.pack(sid, seq))
     data = None if gkey is None else txn.get(LOG, gkey)
     if data is None:
@@ -406,7 +409,7 @@ def read_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int) -> Any:
             "run LmdbSaver.verify()",
             seq=seq,
         )
-    env, frame = log.decode_envelope(data)
+    env, frame = log.decode_envelope(data, checksum=checksum)
     if (env.stream_id, env.seq) != (sid, seq):
         raise CorruptFrame(
             f"the index says log #{U64.unpack(gkey or bytes(8))[0]} is seq {seq} of stream id "
