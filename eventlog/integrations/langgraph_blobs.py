@@ -31,6 +31,7 @@ from eventlog.integrations.langgraph_rows import (
     KEYFRAME_EVERY,
     MEMO_BYTES_MAX,
     MEMO_ENTRIES_MAX,
+    PATCH_KEYFRAME_EVERY,
     PATCH_MIN_BYTES,
     Serde,
     blob_seq,
@@ -430,15 +431,18 @@ def plan_blob(
 
     A delta is always taken against the keyframe (the channel's last full blob), never
     against another delta, so any version reads from at most two frames; a new keyframe is
-    stored after ``KEYFRAME_EVERY`` deltas, or once the deltas since the keyframe would
-    outweigh it ``CHAIN_RATIO`` times (the cost of cumulative deltas stays bounded).
+    stored after ``KEYFRAME_EVERY`` appends (``PATCH_KEYFRAME_EVERY`` patches), or once the
+    deltas since the keyframe would outweigh it ``CHAIN_RATIO`` times (the cost of cumulative
+    deltas stays bounded).
     """
     vkey = version_key(version)
     if channel not in values:
         return Pending(LgBlob(channel, version, BLOB_EMPTY), None, b"", None)
     value = values[channel]
     m = memos.get(stream, channel)
-    if m is None or m.seq == 0 or m.key_seq == 0 or m.links >= KEYFRAME_EVERY:
+    if m is None or m.seq == 0 or m.key_seq == 0:
+        return full_blob(channel, version, vkey, value, serde)
+    if m.links >= (KEYFRAME_EVERY if m.elements is not None else PATCH_KEYFRAME_EVERY):
         return full_blob(channel, version, vkey, value, serde)
     budget = CHAIN_RATIO * m.full_bytes - m.delta_bytes
     elements = m.elements

@@ -46,6 +46,9 @@ CHAIN_READ_MAX: Final = 4096  # a longer chain on read is corruption (logs writt
 IDX_BIAS: Final = 1 << 31
 
 KEYFRAME_EVERY: Final = 16  # delta blobs (each against the keyframe) before a full one again
+PATCH_KEYFRAME_EVERY: Final = 64  # ... when they are patches: a patch against the keyframe
+# grows with the edits since it, not with the value (the byte budget below bounds it), so a
+# 64 KiB value edited a little each step pays a keyframe (its frame compressed) every 65 puts
 CHAIN_RATIO: Final = 2  # ... or once the deltas since the keyframe outweigh it this much
 PATCH_MIN_BYTES: Final = 2048  # smaller values are stored in full (a patch would not pay)
 MEMO_ENTRIES_MAX: Final = 4096  # (stream, channel) pairs whose last blob this process remembers
@@ -77,6 +80,16 @@ class LatestRow(msgspec.Struct, frozen=True, array_like=True):
     checkpoint: bytes
     versions: dict[str, str | int | float]
     values: tuple[tuple[str, tuple[tuple[int, LgBlob], ...]], ...]
+    apart: tuple[tuple[int, str], ...] = ()
+    """``(seq, channel)`` of the chain links stored without their data (more than
+    ``INLINE_MAX`` bytes: a keyframe, a large value), which the ``k`` row holds
+    (:class:`LatestBlobs`), so a put whose keyframe is unchanged rewrites only small rows."""
+
+
+class LatestBlobs(msgspec.Struct, frozen=True, array_like=True):
+    """The data of a latest row's ``apart`` links: ``(seq, channel, data)``, in their order."""
+
+    blobs: tuple[tuple[int, str, bytes], ...]
 
 
 class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
@@ -103,6 +116,7 @@ class ReadRow(msgspec.Struct, frozen=True, array_like=True):
 _dec_latest = msgspec.msgpack.Decoder(LatestRow)
 _dec_read = msgspec.msgpack.Decoder(ReadRow)
 _dec_latest_writes = msgspec.msgpack.Decoder(LatestWrites)
+_dec_latest_blobs = msgspec.msgpack.Decoder(LatestBlobs)
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -181,28 +195,77 @@ def latest_writes_key(tkey: bytes) -> bytes:
     return b"w" + tkey
 
 
+def latest_blobs_key(tkey: bytes) -> bytes:
+    return b"k" + tkey
+
+
+def decode_latest(raw: bytes) -> LatestRow | None:
+    """A ``c`` row as stored (``apart`` links without their data); ``None`` when it does not
+    decode as one (then it is treated as absent: readers fall back, the next put rewrites it)."""
+    try:
+        return _dec_latest.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def latest_blobs(raw: bytes | None) -> dict[tuple[int, str], bytes] | None:
+    if raw is None:
+        return None
+    try:
+        return {(s, ch): d for s, ch, d in _dec_latest_blobs.decode(raw).blobs}
+    except msgspec.DecodeError:
+        return None
+
+
+def hydrate(lr: LatestRow, raw_k: bytes | None) -> LatestRow | None:
+    """``lr`` with its ``apart`` links' data filled in from the ``k`` row (``apart`` empty),
+    ``None`` when the ``k`` row lacks one."""
+    if not lr.apart:
+        return lr
+    kept = latest_blobs(raw_k)
+    if kept is None:
+        return None
+    apart = set(lr.apart)
+    values = []
+    for ch, chain in lr.values:
+        links = []
+        for seq, link in chain:
+            b = link
+            if (seq, b.channel) in apart:
+                data = kept.get((seq, b.channel))
+                if data is None:
+                    return None
+                b = msgspec.structs.replace(b, data=data)
+            links.append((seq, b))
+        values.append((ch, tuple(links)))
+    return msgspec.structs.replace(lr, values=tuple(values), apart=())
+
+
 def read_latest(
     txn: ReadTxn | Backend, tkey: bytes
 ) -> tuple[LatestRow, LatestWrites | None] | None:
-    """The ``lg_latest`` rows of a stream (one round trip; given a backend, in a transaction of
-    their own), ``None`` when its row is absent."""
-    keys = [latest_key(tkey), latest_writes_key(tkey)]
+    """The ``lg_latest`` rows of a stream, the ``c`` row with its ``k`` data filled in (one
+    round trip; given a backend, in a transaction of their own), ``None`` when absent."""
+    keys = [latest_key(tkey), latest_writes_key(tkey), latest_blobs_key(tkey)]
     try:
         if isinstance(txn, Backend):
-            raw, raw_w = txn.get_many_now(LATEST, keys)
+            raw, raw_w, raw_k = txn.get_many_now(LATEST, keys)
         else:
-            raw, raw_w = txn.get_many(LATEST, keys)
+            raw, raw_w, raw_k = txn.get_many(LATEST, keys)
     except CheckpointError:  # a log opened read-only that never had the table
         return None
-    if raw is None:
+    lr = None if raw is None else decode_latest(raw)
+    lr = None if lr is None else hydrate(lr, raw_k)
+    if lr is None:
         return None
     lw = None if raw_w is None else _dec_latest_writes.decode(raw_w)
-    return _dec_latest.decode(raw), lw
+    return lr, lw
 
 
 def drop_latest(txn: WriteTxn, tkey: bytes) -> None:
     txn.delete(LATEST, latest_key(tkey))
     txn.delete(LATEST, latest_writes_key(tkey))
+    txn.delete(LATEST, latest_blobs_key(tkey))
 
 
 def run_key(run_id: str, sid: int, checkpoint_id: str) -> bytes:
@@ -353,7 +416,8 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
     elif isinstance(frame, LgRemove):
         ids = frame.checkpoint_ids
         raw = txn.get(LATEST, latest_key(tkey)) if ids is not None else None
-        if raw is None or _dec_latest.decode(raw).checkpoint_id in ids:  # type: ignore[operator]
+        lr = None if raw is None else decode_latest(raw)
+        if lr is None or lr.checkpoint_id in ids:  # type: ignore[operator]
             drop_latest(txn, tkey)  # the newest checkpoint is removed: readers fall back
         if ids is None:
             for key, raw in list(txn.scan_prefix(CHECKPOINTS, k)):

@@ -17,8 +17,10 @@ frames built here. Streams: one per ``(thread_id, checkpoint_ns)``, keyed
   checkpoints stored before it existed (readers fall back to the frame);
 - ``lg_latest``: ``b"c" + s16(thread_id) + ns`` -> :class:`LatestRow` (the newest checkpoint
   with its channel values resolved: what ``get_tuple`` latest returns but the writes) and
-  ``b"w" + s16(thread_id) + ns`` -> :class:`LatestWrites` (the writes stored against it).
-  Both are optional: a reader falls back to the other tables when they are absent (logs
+  ``b"w" + s16(thread_id) + ns`` -> :class:`LatestWrites` (the writes stored against it),
+  ``b"k" + s16(thread_id) + ns`` -> :class:`LatestBlobs` (the data of the ``c`` row's links
+  over ``INLINE_MAX`` bytes, its ``apart``: rewritten only when they change, a new keyframe).
+  All are optional: a reader falls back to the other tables when they are absent (logs
   written before them, after a removal or a copy, after ``rebuild``); the next put writes
   them again.
 
@@ -93,6 +95,7 @@ from eventlog.integrations.langgraph_rows import (
     LATEST,
     MEMO_BYTES_MAX,
     MEMO_ENTRIES_MAX,
+    PATCH_KEYFRAME_EVERY,
     PATCH_MIN_BYTES,
     READS,
     RUNS,
@@ -101,6 +104,7 @@ from eventlog.integrations.langgraph_rows import (
     THREADS,
     VIEW_TABLES,
     WRITES,
+    LatestBlobs,
     LatestRow,
     LatestWrites,
     ReadRow,
@@ -112,6 +116,7 @@ from eventlog.integrations.langgraph_rows import (
     checkpoint_rows,
     decode_read_row,
     drop_latest,
+    latest_blobs_key,
     latest_checkpoint,
     latest_key,
     latest_writes_key,
@@ -157,6 +162,7 @@ __all__ = [
     "MEMO_BYTES_MAX",
     "MEMO_ENTRIES_MAX",
     "PATCH_BASES_KEPT",
+    "PATCH_KEYFRAME_EVERY",
     "PATCH_MIN_BYTES",
     "READS",
     "RESOLVED_BYTES_MAX",
@@ -172,6 +178,7 @@ __all__ = [
     "Chain",
     "CopiedFrame",
     "LangGraphView",
+    "LatestBlobs",
     "LatestRow",
     "LatestWrites",
     "Loads",
@@ -197,6 +204,7 @@ __all__ = [
     "keep_latest",
     "keep_latest_writes",
     "kept_chain",
+    "latest_blobs_key",
     "latest_checkpoint",
     "latest_key",
     "latest_writes_key",
