@@ -44,9 +44,21 @@ from projections.langgraph import (
 )
 
 
-def make_patch(base: bytes, new: bytes) -> bytes:
-    """``new`` as a zstd frame compressed against ``base`` (a raw-content dictionary)."""
+def patch_base(base: bytes) -> zstandard.ZstdCompressionDict:
+    """``base`` as a raw-content dictionary prepared for compression (read-only once built, so
+    threads share it): a writer keeps it with its keyframe, so each patch against that
+    keyframe skips loading the dictionary (about 100 µs for 64 KiB)."""
     dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    dictionary.precompute_compress(level=1)
+    return dictionary
+
+
+def make_patch(
+    base: bytes, new: bytes, prepared: zstandard.ZstdCompressionDict | None = None
+) -> bytes:
+    """``new`` as a zstd frame compressed against ``base`` (a raw-content dictionary;
+    ``prepared``: :func:`patch_base` of it)."""
+    dictionary = prepared if prepared is not None else patch_base(base)
     return zstandard.ZstdCompressor(level=1, dict_data=dictionary).compress(new)
 
 
@@ -300,6 +312,8 @@ class Memo:
     links: int  # delta blobs since the keyframe
     delta_bytes: int  # their bytes
     full_bytes: int  # bytes of the keyframe
+    patcher: zstandard.ZstdCompressionDict | None = None  # key_full prepared (patch_base),
+    # built by the first patch against this keyframe
 
     def committed(self, seq: int) -> None:
         self.seq = seq
@@ -319,8 +333,11 @@ class Pending:
 
 
 def memo_weight(memo: Memo) -> int:
-    """Bytes a memo keeps alive: the keyframe's bytes, the tail, and roughly the list."""
+    """Bytes a memo keeps alive: the keyframe's bytes (4x more once prepared for patches:
+    its copy and match tables), the tail, and roughly the list."""
     held = len(memo.key_full[1]) if memo.key_full is not None else 0
+    if memo.patcher is not None:
+        held *= 5
     held += len(memo.tail[1]) if memo.tail is not None else 0
     if memo.elements is not None:
         held += memo.full_bytes + memo.delta_bytes
@@ -473,7 +490,8 @@ def plan_blob(
     planned = full_blob(channel, version, vkey, value, serde)
     typ, data = planned.blob.type, planned.blob.data
     if m.key_full is not None and m.key_full[0] == typ and len(data) >= PATCH_MIN_BYTES:
-        patch = make_patch(m.key_full[1], data)
+        patcher = m.patcher if m.patcher is not None else patch_base(m.key_full[1])
+        patch = make_patch(m.key_full[1], data, patcher)
         if 2 * len(patch) <= len(data) and len(patch) <= budget:
             memo = Memo(
                 vkey=vkey,
@@ -487,6 +505,7 @@ def plan_blob(
                 links=m.links + 1,
                 delta_bytes=m.delta_bytes + len(patch),
                 full_bytes=m.full_bytes,
+                patcher=patcher,
             )
             blob = LgBlob(channel, version, BLOB_PATCH, typ, patch, m.key_seq)
             return Pending(blob, value, m.key_vkey, memo, (typ, data))
