@@ -37,6 +37,7 @@ from eventlog.integrations.langgraph_rows import (
     CHECKPOINTS,
     INLINE_MAX,
     LATEST,
+    READS,
     THREADS,
     WRITES,
     LatestBlobs,
@@ -106,6 +107,13 @@ class PutFrame(ViewFrame):
             if blob.kind in (BLOB_APPEND, BLOB_PATCH):
                 yield BLOBS, blob_key(sid, blob.channel, planned.base_vkey)
         yield CHECKPOINTS, checkpoint_key(sid, self.head.checkpoint_id)  # for apply_rows
+        yield THREADS, self.tkey
+        mine = {p.blob.channel for p in self.pending}
+        for channel, version in self.head.versions.items():  # make_read_row reads these
+            if channel not in mine:
+                yield BLOBS, blob_key(sid, channel, version_key(version))
+        if self.head.parent_id is not None and len(mine) < len(self.head.versions):
+            yield READS, checkpoint_key(sid, self.head.parent_id)
         yield LATEST, latest_key(self.tkey)
         yield LATEST, latest_writes_key(self.tkey)
         yield LATEST, latest_blobs_key(self.tkey)
@@ -293,6 +301,7 @@ class WritesFrame(ViewFrame):
                 if w.idx >= 0
             ),
             (LATEST, latest_writes_key(self.tkey)),
+            (THREADS, self.tkey),
         ]
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgWrites | None:

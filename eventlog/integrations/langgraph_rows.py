@@ -387,6 +387,13 @@ def stream_name(txn: ReadTxn, sid: int) -> str | None:
     return None if raw is None else raw.decode("utf-8", "surrogatepass")
 
 
+def _keep_thread(txn: WriteTxn, tkey: bytes, k: bytes) -> None:
+    """``lg_threads`` names the stream (written only when it did not: an unchanged row leaves
+    its page clean, one page less for the commit to write)."""
+    if txn.get(THREADS, tkey) != k:
+        txn.put(THREADS, tkey, k)
+
+
 def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> None:
     """:func:`projections.langgraph.apply` on the tables, in the frame's transaction."""
     k = U64.pack(sid)
@@ -403,7 +410,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
         for blob in frame.blobs:
             txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
         txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
-        txn.put(THREADS, tkey, k)
+        _keep_thread(txn, tkey, k)
     elif isinstance(frame, LgWrites):
         for pos, w in enumerate(frame.writes):
             txn.put(
@@ -412,7 +419,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
                 _enc.encode(WriteRow(seq, pos, frame.task_path)),
             )
         if frame.writes:
-            txn.put(THREADS, tkey, k)
+            _keep_thread(txn, tkey, k)
     elif isinstance(frame, LgRemove):
         ids = frame.checkpoint_ids
         raw = txn.get(LATEST, latest_key(tkey)) if ids is not None else None
