@@ -51,10 +51,11 @@ from eventlog.integrations.langgraph_store import (
     checkpoint_rows,
     decode_read_row,
     kept_chain,
+    latest_blobs,
     latest_checkpoint,
     materialize,
     read_checkpoint_row,
-    read_latest,
+    read_latest_parts,
     read_row,
     split_write_key,
     stream_id,
@@ -325,14 +326,16 @@ class SaverReads(BaseCheckpointSaver[str]):
         tid, ns, cid = _ids(config, "get_tuple")
         serde = self.serde
         if cid is None:  # its rows alone, in one statement (one round trip on PostgreSQL)
-            got = read_latest(self.log.backend, thread_key(tid, ns))
+            got = read_latest_parts(self.log.backend, thread_key(tid, ns))
             if (
                 got is not None
                 and got[1] is not None
                 and got[1].checkpoint_id == got[0].checkpoint_id
             ):
-                latest_read = self._latest_read(tid, ns, got[0], self._kept_writes(got[1]))
-                return self._build(latest_read, serde)
+                pending = self._kept_writes(got[1])
+                latest_read = self._latest_read(tid, ns, got[0], pending, got[2])
+                if latest_read is not None:
+                    return self._build(latest_read, serde)
         with self.log.backend.read() as txn:
             if cid is None:
                 fast = self._read_latest(txn, tid, ns)
@@ -353,14 +356,14 @@ class SaverReads(BaseCheckpointSaver[str]):
     def _read_latest(self, txn: ReadTxn, tid: str, ns: str) -> _Read | None:
         """The newest checkpoint from its ``lg_latest`` rows (one read, no frame decoded when
         its writes are kept too); ``None`` when the stream has none (then the other tables)."""
-        got = read_latest(txn, thread_key(tid, ns))
+        got = read_latest_parts(txn, thread_key(tid, ns))
         if got is None:
             return None
-        lr, lw = got
+        lr, lw, raw_k = got
         if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
-            return self._latest_read(tid, ns, lr, self._kept_writes(lw))
+            return self._latest_read(tid, ns, lr, self._kept_writes(lw), raw_k)
         reader = self._reader(txn, lr.sid, self.serde)
-        return self._latest_read(tid, ns, lr, self._writes(reader, lr.checkpoint_id))
+        return self._latest_read(tid, ns, lr, self._writes(reader, lr.checkpoint_id), raw_k)
 
     @staticmethod
     def _kept_writes(lw: LatestWrites) -> list[tuple[str, LgWrite]]:
@@ -368,13 +371,41 @@ class SaverReads(BaseCheckpointSaver[str]):
         return [(task, w) for task, _, w in writes]
 
     def _latest_read(
-        self, tid: str, ns: str, lr: LatestRow, pending: list[tuple[str, LgWrite]]
-    ) -> _Read:
+        self,
+        tid: str,
+        ns: str,
+        lr: LatestRow,
+        pending: list[tuple[str, LgWrite]],
+        raw_k: bytes | None,
+    ) -> _Read | None:
+        """The read of the ``lg_latest`` rows: each chain as the saver kept its bytes, else
+        with its ``apart`` links' data from the ``k`` row (decoded only then); ``None`` when
+        that lacks some (then the other tables)."""
+        apart = set(lr.apart)
+        kept: dict[tuple[int, str], bytes] | None = None
+        chains: list[tuple[str, Chain]] = []
+        for ch, c in lr.values:
+            if not c:
+                continue
+            chain = kept_chain(lr.sid, c, self._patches)
+            if chain is c and apart and any((seq, b.channel) in apart for seq, b in c):
+                if kept is None:
+                    kept = latest_blobs(raw_k)
+                    if kept is None:
+                        return None
+                filled = []
+                for seq, link in c:
+                    if (seq, link.channel) in apart:
+                        data = kept.get((seq, link.channel))
+                        if data is None:
+                            return None
+                        link = msgspec.structs.replace(link, data=data)  # noqa: PLW2901
+                    filled.append((seq, link))
+                chain = tuple(filled)
+            chains.append((ch, chain))
         return _Read(
             (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
-            lr.versions,
-            [(ch, kept_chain(lr.sid, c, self._patches)) for ch, c in lr.values if c],
-            pending,
+            lr.versions, chains, pending,
         )  # fmt: skip
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

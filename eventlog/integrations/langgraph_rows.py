@@ -241,11 +241,12 @@ def hydrate(lr: LatestRow, raw_k: bytes | None) -> LatestRow | None:
     return msgspec.structs.replace(lr, values=tuple(values), apart=())
 
 
-def read_latest(
+def read_latest_parts(
     txn: ReadTxn | Backend, tkey: bytes
-) -> tuple[LatestRow, LatestWrites | None] | None:
-    """The ``lg_latest`` rows of a stream, the ``c`` row with its ``k`` data filled in (one
-    round trip; given a backend, in a transaction of their own), ``None`` when absent."""
+) -> tuple[LatestRow, LatestWrites | None, bytes | None] | None:
+    """The ``lg_latest`` rows of a stream as stored: the ``c`` row (its ``apart`` links without
+    their data), the ``w`` row, the ``k`` row's bytes (one round trip; given a backend, in a
+    transaction of their own); ``None`` when the ``c`` row is absent."""
     keys = [latest_key(tkey), latest_writes_key(tkey), latest_blobs_key(tkey)]
     try:
         if isinstance(txn, Backend):
@@ -255,11 +256,19 @@ def read_latest(
     except CheckpointError:  # a log opened read-only that never had the table
         return None
     lr = None if raw is None else decode_latest(raw)
-    lr = None if lr is None else hydrate(lr, raw_k)
     if lr is None:
         return None
-    lw = None if raw_w is None else _dec_latest_writes.decode(raw_w)
-    return lr, lw
+    return lr, None if raw_w is None else _dec_latest_writes.decode(raw_w), raw_k
+
+
+def read_latest(
+    txn: ReadTxn | Backend, tkey: bytes
+) -> tuple[LatestRow, LatestWrites | None] | None:
+    """:func:`read_latest_parts` with the ``c`` row's data filled in from the ``k`` row
+    (``None`` also when the ``k`` row lacks some)."""
+    got = read_latest_parts(txn, tkey)
+    lr = None if got is None else hydrate(got[0], got[2])
+    return None if lr is None or got is None else (lr, got[1])
 
 
 def drop_latest(txn: WriteTxn, tkey: bytes) -> None:
