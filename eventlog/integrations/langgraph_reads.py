@@ -266,8 +266,15 @@ class SaverReads(BaseCheckpointSaver[str]):
                 seq=row.seq,
             )
         body["channel_versions"] = dict(read.versions)
-        values = {ch: materialize(sid, chain, loads, self._patches) for ch, chain in read.chains}
-        checkpoint: Checkpoint = {**body, "channel_values": values}  # type: ignore[typeddict-item]
+        values = {}
+        for ch, chain in read.chains:
+            head = chain[0][1]
+            if len(chain) == 1 and head.kind == BLOB_FULL:  # a value stored whole
+                values[ch] = loads((head.type, head.data))
+            else:
+                values[ch] = materialize(sid, chain, loads, self._patches)
+        body["channel_values"] = values
+        checkpoint: Checkpoint = body
         return CheckpointTuple(
             config=_config(tid, ns, read.cid),
             checkpoint=checkpoint,
