@@ -134,9 +134,12 @@ class Patches:
             ) from e
 
 
-def materialize(sid: int, chain: Chain, loads: Loads, patches: Patches) -> Any:
+def materialize(
+    sid: int, chain: Chain, loads: Loads, patches: Patches, *, keep_head: bool = False
+) -> Any:
     """The value a blob chain (from :meth:`BlobReader.chain`) stores: the full bytes, patched
-    in turn, then the appended tails. Needs no transaction."""
+    in turn, then the appended tails. Needs no transaction. Keeps the keyframe's bytes of a
+    patch, and with ``keep_head`` the patched bytes too (the newest value: read again next)."""
     i = 0
     while chain[i][1].kind == BLOB_APPEND:
         i += 1
@@ -151,6 +154,8 @@ def materialize(sid: int, chain: Chain, loads: Loads, patches: Patches) -> Any:
             patches.keep(key, (chain[j][1].type, data))
     for k in range(j - 1, i - 1, -1):
         data = patches.apply((sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data)
+    if keep_head and j > i:
+        patches.keep((sid, chain[i][0], chain[i][1].channel), (chain[i][1].type, data))
     value = loads((chain[i][1].type, data))
     if i == 0:
         return value

@@ -87,6 +87,7 @@ class _Read:
     versions: Mapping[str, str | int | float]
     chains: list[tuple[str, Chain]]
     writes: list[tuple[str, LgWrite]]
+    latest: bool = False  # from lg_latest: its patched values are kept (read again next)
 
 
 def _chunk_writes(
@@ -272,7 +273,7 @@ class SaverReads(BaseCheckpointSaver[str]):
             if len(chain) == 1 and head.kind == BLOB_FULL:  # a value stored whole
                 values[ch] = loads((head.type, head.data))
             else:
-                values[ch] = materialize(sid, chain, loads, self._patches)
+                values[ch] = materialize(sid, chain, loads, self._patches, keep_head=read.latest)
         body["channel_values"] = values
         checkpoint: Checkpoint = body
         return CheckpointTuple(
@@ -412,7 +413,7 @@ class SaverReads(BaseCheckpointSaver[str]):
             chains.append((ch, chain))
         return _Read(
             (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
-            lr.versions, chains, pending,
+            lr.versions, chains, pending, latest=True,
         )  # fmt: skip
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
