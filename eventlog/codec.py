@@ -156,15 +156,17 @@ def read_header(data: bytes) -> tuple[int, int, int, int, int, bytes, bytes]:
     return version, flags, dict_id, stream_id, seq, prev, checksum
 
 
-def open_envelope(data: bytes, *, chain_key: bytes = b"") -> Envelope:
+def open_envelope(data: bytes, *, chain_key: bytes = b"", checksum: bool = True) -> Envelope:
     """Parse and check an envelope: length, checksum, then version and flags.
 
     The checksum is checked first: a damaged version byte is corruption, not a newer format
     (a log written in a newer format is refused when it is opened, from its meta record).
+    ``checksum=False`` skips it (a read path whose frames ``verify`` checks: the length,
+    version and flags are still checked, and the caller checks the position).
     """
-    version, flags, dict_id, stream_id, seq, prev, checksum = read_header(data)
+    version, flags, dict_id, stream_id, seq, prev, stored = read_header(data)
     payload = data[HEADER_BYTES:]
-    if _digest(data[: HEADER.size], payload, chain_key) != checksum:
+    if checksum and _digest(data[: HEADER.size], payload, chain_key) != stored:
         raise CorruptFrame(
             f"frame checksum mismatch at stream id {stream_id} seq {seq}: the stored bytes "
             "changed after they were written; run verify() to list every damaged frame",
@@ -179,7 +181,7 @@ def open_envelope(data: bytes, *, chain_key: bytes = b"") -> Envelope:
         raise CorruptFrame(f"frame format version {version} is not a known version", seq=seq)
     if flags & ~KNOWN_FLAGS:
         raise CorruptFrame(f"frame flags {flags:#04x} include unknown bits", seq=seq)
-    return Envelope(version, flags, dict_id, stream_id, seq, prev, checksum, payload)
+    return Envelope(version, flags, dict_id, stream_id, seq, prev, stored, payload)
 
 
 class Compressor:

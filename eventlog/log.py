@@ -595,9 +595,11 @@ class EventLog(GroupCommit):
             name = raw.decode("utf-8", "surrogatepass") if raw is not None else f"<id {sid}>"
         return name
 
-    def decode_envelope(self, data: bytes) -> tuple[Any, Any]:
-        """``(envelope, frame)`` of stored bytes, checksum verified."""
-        env = open_envelope(data, chain_key=self._chain_key)
+    def decode_envelope(self, data: bytes, *, checksum: bool = True) -> tuple[Any, Any]:
+        """``(envelope, frame)`` of stored bytes, checksum verified (unless ``checksum=False``:
+        a read path whose frames ``verify`` checks; length, version, flags and the payload's
+        decoding are checked still)."""
+        env = open_envelope(data, chain_key=self._chain_key, checksum=checksum)
         raw = self._compressor.decompress(env.payload, env.flags, max_bytes=self.frame_bytes_max)
         return env, self._serializer.decode(raw)
 

@@ -23,6 +23,8 @@ from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
 import eventlog.integrations.langgraph_blobs as blobs
+import eventlog.integrations.langgraph_store as store
+from eventlog import views
 from eventlog.frames import BLOB_APPEND, BLOB_FULL, LgBlob, LgCheckpoint
 from eventlog.integrations.langgraph import CkptlogSaver, LmdbSaver
 
@@ -262,3 +264,43 @@ def test_a_log_written_before_keyframes_reads_every_checkpoint(
         assert tup.checkpoint["channel_values"] == values
         assert frames <= GET_FRAMES_MAX
         assert saver.verify().ok
+
+
+def test_a_small_state_reads_by_id_and_lists_from_its_read_rows_alone(
+    lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state of values under INLINE_MAX, no writes: a read by id and a page of ``list``
+    decode no frame at all (each checkpoint's read row holds its values), through a reader that
+    kept nothing; ``rebuild`` writes the same read rows."""
+    versions: dict[str, Any] = {}
+    cfg = conf("t")
+    ids, states = [], []
+    for i in range(150):
+        values = {"items": [f"item {j}" for j in range(i, i + 20)], "n": i, "same": "x"}
+        new = {}
+        for ch in values:
+            if ch != "same" or ch not in versions:  # "same" is unchanged after its first put
+                versions[ch] = lmdb_saver.get_next_version(versions.get(ch), None)
+                new[ch] = versions[ch]
+        cfg = lmdb_saver.put(cfg, ckpt(values, dict(versions), i), {"step": i}, new)  # type: ignore[arg-type]
+        ids.append(cfg["configurable"]["checkpoint_id"])
+        states.append(values)
+    count = Counter(monkeypatch)
+    saver = LmdbSaver(lmdb_saver.log)
+    for i in (0, 75, 148):
+        frames, tup = count(lambda: saver.get_tuple(conf("t", ids[i])))  # noqa: B023
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == states[i]
+        assert frames == 0
+    frames, page = count(lambda: list(saver.list(conf("t"), limit=20)))
+    assert [t.checkpoint["channel_values"] for t in page] == states[::-1][:20]
+    assert frames == 0
+    frames, every = count(lambda: list(saver.list(conf("t"), before=conf("t", ids[100]))))
+    assert [t.config["configurable"]["checkpoint_id"] for t in every] == ids[:100][::-1]
+    assert frames == 0
+    with saver.log.backend.read() as txn:
+        before = list(txn.scan(store.READS))
+    views.rebuild(saver.log)
+    with saver.log.backend.read() as txn:
+        assert list(txn.scan(store.READS)) == before
+    assert saver.verify().ok

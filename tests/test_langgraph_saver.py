@@ -30,6 +30,7 @@ from eventlog.integrations.langgraph import (
 from eventlog.integrations.langgraph_store import (
     CHECKPOINTS,
     KEYFRAME_EVERY,
+    READS,
     checkpoint_key,
     parse_stream_key,
     stream_key,
@@ -508,24 +509,33 @@ def test_a_damaged_view_is_reported_and_refused(saver: LmdbSaver) -> None:
     first = t.put(a=1)
     t.put(a=2)
     sid = next(iter(saver.log._ids.values()))
-    second_row = None
+    first_key = checkpoint_key(sid, first["configurable"]["checkpoint_id"])
+    second = {}
     with saver.log.backend.read() as txn:
-        for key, value in txn.scan(CHECKPOINTS):
-            if key != checkpoint_key(sid, first["configurable"]["checkpoint_id"]):
-                second_row = value
-    assert second_row is not None
+        for table in (CHECKPOINTS, READS):
+            for key, value in txn.scan(table):
+                if key != first_key:
+                    second[table] = value
+    assert set(second) == {CHECKPOINTS, READS}
 
-    def damage(txn: Any) -> None:  # the first checkpoint's row now points at the second's frame
-        txn.put(
-            CHECKPOINTS, checkpoint_key(sid, first["configurable"]["checkpoint_id"]), second_row
-        )
+    def damage(table: str) -> None:  # the first checkpoint's row now is the second's
+        saver.log.backend.run_write(lambda txn: txn.put(table, first_key, second[table]))
 
-    saver.log.backend.run_write(damage)
+    damage(CHECKPOINTS)  # the index: verify says so (reads take the read row)
     report = saver.verify()
     assert not report.ok
     assert any(
         p.kind == "projection" and "checkpoints rows differ" in p.detail for p in report.problems
     )
+    damage(READS)  # the read row: verify says so, and a read by id refuses it
+    report = saver.verify()
+    assert any(
+        p.kind == "projection" and "lg_reads rows differ" in p.detail for p in report.problems
+    )
+    with pytest.raises(CorruptFrame, match=r"its read row \(lg_reads\) holds checkpoint"):
+        saver.get_tuple(first)
+    with saver.log.backend.write() as txn:  # without its read row, the frame is read
+        txn.delete(READS, first_key)
     with pytest.raises(CorruptFrame, match=r"its index points at seq .* which holds another frame"):
         saver.get_tuple(first)
 

@@ -163,9 +163,9 @@ class FrameCount:
         self.n = 0
         real = EventLog.decode_envelope
 
-        def counting(log: EventLog, data: bytes) -> Any:
+        def counting(log: EventLog, data: bytes, **kwargs: Any) -> Any:
             self.n += 1
-            return real(log, data)
+            return real(log, data, **kwargs)
 
         monkeypatch.setattr(EventLog, "decode_envelope", counting)
 

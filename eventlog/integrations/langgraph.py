@@ -13,7 +13,8 @@ langgraph_store), holding three frame kinds (eventlog.frames):
   extends the previous one (its first elements are the very objects stored before; the blob
   holds every element since the keyframe), ``patch`` (zstd with the keyframe's bytes as
   dictionary) when the bytes changed a little. A keyframe is written again when the deltas
-  since the last one outweigh it twice, or after ``KEYFRAME_EVERY`` deltas, so any version
+  since the last one outweigh it twice, or after ``KEYFRAME_EVERY`` appends
+  (``PATCH_KEYFRAME_EVERY`` patches), so any version
   reads from at most two frames (the storage side, framework-free, is
   eventlog.integrations.langgraph_store).
 - ``LgWrites``: one ``put_writes`` call (one task), with its ``task_path``.

@@ -35,19 +35,24 @@ from eventlog.integrations.langgraph_blobs import (
 from eventlog.integrations.langgraph_rows import (
     BLOBS,
     CHECKPOINTS,
+    INLINE_MAX,
     LATEST,
+    READS,
     THREADS,
     WRITES,
+    LatestBlobs,
     LatestRow,
     LatestWrites,
     Serde,
-    _dec_latest,
     _dec_latest_writes,
     _enc,
     apply_rows,
     blob_key,
     checkpoint_key,
+    decode_latest,
     drop_latest,
+    latest_blobs,
+    latest_blobs_key,
     latest_checkpoint,
     latest_key,
     latest_writes_key,
@@ -102,8 +107,16 @@ class PutFrame(ViewFrame):
             if blob.kind in (BLOB_APPEND, BLOB_PATCH):
                 yield BLOBS, blob_key(sid, blob.channel, planned.base_vkey)
         yield CHECKPOINTS, checkpoint_key(sid, self.head.checkpoint_id)  # for apply_rows
+        yield THREADS, self.tkey
+        mine = {p.blob.channel for p in self.pending}
+        for channel, version in self.head.versions.items():  # make_read_row reads these
+            if channel not in mine:
+                yield BLOBS, blob_key(sid, channel, version_key(version))
+        if self.head.parent_id is not None and len(mine) < len(self.head.versions):
+            yield READS, checkpoint_key(sid, self.head.parent_id)
         yield LATEST, latest_key(self.tkey)
         yield LATEST, latest_writes_key(self.tkey)
+        yield LATEST, latest_blobs_key(self.tkey)
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
         super().appended(txn, done)
@@ -155,7 +168,7 @@ def keep_latest(
     The writer, ``rebuild`` and compaction run it alike (with the frames each can read)."""
     cid = frame.checkpoint_id
     raw = txn.get(LATEST, latest_key(tkey))
-    prev = None if raw is None else _dec_latest.decode(raw)
+    prev = None if raw is None else decode_latest(raw)
     if prev is not None and cid < prev.checkpoint_id:
         # An older checkpoint: the newest one is unchanged, unless this put re-stored a
         # channel version that it reads.
@@ -184,16 +197,60 @@ def keep_latest(
     except CheckpointError:  # a frame it would read is damaged: readers fall back (and fail)
         drop_latest(txn, tkey)
         return
+    split = _split_apart(txn, tkey, values, prev)
+    if split is None:  # a kept keyframe's data is gone from the k row: readers fall back
+        drop_latest(txn, tkey)
+        return
     row = checkpoint_row(seq, frame)
     latest = LatestRow(
         sid, cid, row, frame.checkpoint_type, frame.checkpoint, dict(frame.versions),
-        tuple(values),
+        split[0], split[1],
     )  # fmt: skip
     txn.put(LATEST, latest_key(tkey), _enc.encode(latest))
     if next(iter(txn.scan_prefix(WRITES, writes_prefix(sid, cid), limit=1)), None) is None:
         txn.put(LATEST, latest_writes_key(tkey), _enc.encode(LatestWrites(cid, ())))
     else:  # writes stored before (a re-put): readers read them from the write rows
         txn.delete(LATEST, latest_writes_key(tkey))
+
+
+def _split_apart(
+    txn: WriteTxn, tkey: bytes, values: list[tuple[str, Chain]], prev: LatestRow | None
+) -> tuple[tuple[tuple[str, Chain], ...], tuple[tuple[int, str], ...]] | None:
+    """``values`` with the data of links over ``INLINE_MAX`` bytes taken out, and those links
+    (``apart``); writes the ``k`` row holding their data when they are not the previous
+    row's (a new keyframe), else leaves it. ``None`` when data it needs is not at hand."""
+    was = prev.apart if prev is not None else ()
+    carried = set(was)
+    fresh: dict[tuple[int, str], bytes] = {}
+    apart: list[tuple[int, str]] = []
+    out: list[tuple[str, Chain]] = []
+    for ch, chain in values:
+        links = []
+        for seq, link in chain:
+            key = (seq, link.channel)
+            b = link
+            if len(b.data) > INLINE_MAX:
+                fresh[key] = b.data
+                b = msgspec.structs.replace(b, data=b"")
+            elif not (key in carried and not b.data):
+                links.append((seq, b))
+                continue
+            if key not in apart:
+                apart.append(key)
+            links.append((seq, b))
+        out.append((ch, tuple(links)))
+    kkey = latest_blobs_key(tkey)
+    if tuple(apart) != tuple(was):
+        if not apart:
+            txn.delete(LATEST, kkey)
+        else:
+            need = [k for k in apart if k not in fresh]
+            old = latest_blobs(txn.get(LATEST, kkey)) if need else {}
+            if old is None or any(k not in old for k in need):
+                return None
+            data = [(k[0], k[1], fresh[k] if k in fresh else old[k]) for k in apart]
+            txn.put(LATEST, kkey, _enc.encode(LatestBlobs(tuple(data))))
+    return tuple(out), tuple(apart)
 
 
 def _known_chain(
@@ -244,6 +301,7 @@ class WritesFrame(ViewFrame):
                 if w.idx >= 0
             ),
             (LATEST, latest_writes_key(self.tkey)),
+            (THREADS, self.tkey),
         ]
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgWrites | None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Final
 
+import msgspec
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -24,33 +26,51 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from backends.base import ReadTxn
+from backends.base import ReadTxn, prefix_end
 from eventlog.errors import CorruptFrame, InvalidCheckpoint, InvalidConfig
 from eventlog.frames import (
+    BLOB_EMPTY,
+    BLOB_FULL,
+    BLOB_PATCH,
+    LgBlob,
     LgCheckpoint,
     LgWrite,
     LgWrites,
 )
 from eventlog.integrations.langgraph_store import (
+    CHECKPOINTS,
+    READS,
+    WRITES,
     BlobReader,
     Chain,
     LatestRow,
     LatestWrites,
     Patches,
+    ReadRow,
+    checkpoint_key,
     checkpoint_rows,
+    decode_read_row,
     kept_chain,
+    latest_blobs,
     latest_checkpoint,
     materialize,
     read_checkpoint_row,
-    read_latest,
+    read_latest_parts,
+    read_row,
+    split_write_key,
     stream_id,
     stream_ids,
     thread_key,
     write_rows,
+    writes_prefix,
 )
+from eventlog.layout import U64
 from eventlog.log import EventLog
 from eventlog.validate import is_int
-from projections.langgraph import CkptRow
+from projections.langgraph import CkptRow, WriteRow
+
+_dec_ckpt_row = msgspec.msgpack.Decoder(CkptRow)
+_dec_write_row = msgspec.msgpack.Decoder(WriteRow)
 
 LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
 
@@ -67,6 +87,26 @@ class _Read:
     versions: Mapping[str, str | int | float]
     chains: list[tuple[str, Chain]]
     writes: list[tuple[str, LgWrite]]
+    latest: bool = False  # from lg_latest: its patched values are kept (read again next)
+
+
+def _chunk_writes(
+    txn: ReadTxn, sid: int, cids: list[str]
+) -> dict[str, list[tuple[str, int, WriteRow]]] | None:
+    """The write rows of checkpoints ``cids`` of a stream by checkpoint id, in one range scan
+    when their ids have one length (then their keys are contiguous in id order; LangGraph's
+    ids do), else ``None`` (each is read by its prefix)."""
+    if not cids or len({len(c) for c in cids}) != 1:
+        return None
+    lo, hi = min(cids), max(cids)
+    wanted = set(cids)
+    out: dict[str, list[tuple[str, int, WriteRow]]] = {}
+    stop = prefix_end(writes_prefix(sid, hi))
+    for k, raw in txn.scan(WRITES, writes_prefix(sid, lo), stop):
+        cid, task, idx = split_write_key(k)
+        if cid in wanted:
+            out.setdefault(cid, []).append((task, idx, _dec_write_row.decode(raw)))
+    return out
 
 
 def _configurable(config: Any, what: str) -> Any:
@@ -145,16 +185,58 @@ class SaverReads(BaseCheckpointSaver[str]):
 
     # -- reading -------------------------------------------------------------------------------
 
+    def _from_row(
+        self,
+        key: tuple[str, str, int],
+        cid: str,
+        rr: ReadRow,
+        reader: BlobReader,
+        wrows: list[tuple[str, int, WriteRow]] | None = None,
+    ) -> _Read:
+        """What the tuple of checkpoint ``cid`` is built from, from its read row (no frame read
+        for a value stored inline or kept by the saver; else the frame of its blob and, for a
+        delta, of its keyframe) and its writes, in ``reader`` 's transaction."""
+        sid, patches = reader.sid, self._patches
+        chains: list[tuple[str, Chain]] = []
+        for ch, seq, inline in rr.values:
+            blob = inline
+            if blob is None or blob.kind == BLOB_PATCH:
+                hit = patches.known((sid, seq, ch))
+                if hit is not None:  # its resolved bytes are kept: no frame read
+                    chains.append((ch, ((seq, LgBlob(ch, 0, BLOB_FULL, *hit)),)))
+                    continue
+                if blob is None:
+                    blob = reader.blob(seq, ch)
+            kind = blob.kind
+            if kind == BLOB_FULL:
+                chains.append((ch, ((seq, blob),)))
+            elif kind != BLOB_EMPTY:
+                chains.append((ch, reader.links(blob, seq)))
+        return _Read(
+            key, cid, rr.row, rr.checkpoint_type, rr.checkpoint, rr.versions, chains,
+            self._writes(reader, cid, wrows),
+        )  # fmt: skip
+
     def _read(
         self,
         key: tuple[str, str, int],
         cid: str,
-        row: CkptRow,
+        row: CkptRow | None,
         reader: BlobReader,
-    ) -> _Read:
+        rr: ReadRow | None = None,
+    ) -> _Read | None:
         """What the tuple of checkpoint ``cid`` is built from, read in ``reader`` 's transaction:
-        its frame, each channel's blob chain, its writes. A reader shared by the tuples of a
-        stream (``list``) reads each keyframe once for all of them."""
+        its read row (:meth:`_from_row`), or for a checkpoint stored before read rows its frame,
+        each channel's blob chain, its writes. A reader shared by the tuples of a stream
+        (``list``) reads each keyframe once for all of them. ``None``: no such checkpoint."""
+        if rr is None:
+            rr = read_row(reader.txn, key[2], cid)
+        if rr is not None:
+            return self._from_row(key, cid, rr, reader)
+        if row is None:
+            row = read_checkpoint_row(reader.txn, key[2], cid)
+            if row is None:
+                return None
         tid = key[0]
         frame = reader.frame(row.seq)
         if not isinstance(frame, LgCheckpoint) or frame.checkpoint_id != cid:
@@ -178,9 +260,22 @@ class SaverReads(BaseCheckpointSaver[str]):
         tid, ns, sid = read.key
         row, loads = read.row, serde.loads_typed
         body = loads((read.checkpoint_type, read.checkpoint))
+        if body.get("id", read.cid) != read.cid:
+            raise CorruptFrame(
+                f"checkpoint {read.cid!r} of thread {tid!r}: its read row (lg_reads) holds "
+                f"checkpoint {body.get('id')!r}; run LmdbSaver.verify()",
+                seq=row.seq,
+            )
         body["channel_versions"] = dict(read.versions)
-        values = {ch: materialize(sid, chain, loads, self._patches) for ch, chain in read.chains}
-        checkpoint: Checkpoint = {**body, "channel_values": values}  # type: ignore[typeddict-item]
+        values = {}
+        for ch, chain in read.chains:
+            head = chain[0][1]
+            if len(chain) == 1 and head.kind == BLOB_FULL:  # a value stored whole
+                values[ch] = loads((head.type, head.data))
+            else:
+                values[ch] = materialize(sid, chain, loads, self._patches, keep_head=read.latest)
+        body["channel_values"] = values
+        checkpoint: Checkpoint = body
         return CheckpointTuple(
             config=_config(tid, ns, read.cid),
             checkpoint=checkpoint,
@@ -190,9 +285,15 @@ class SaverReads(BaseCheckpointSaver[str]):
         )
 
     @staticmethod
-    def _writes(reader: BlobReader, cid: str) -> list[tuple[str, LgWrite]]:
-        """The writes stored against ``cid``, in ``writes_sort_key`` order."""
-        rows = write_rows(reader.txn, reader.sid, cid)
+    def _writes(
+        reader: BlobReader, cid: str, rows: list[tuple[str, int, WriteRow]] | None = None
+    ) -> list[tuple[str, LgWrite]]:
+        """The writes stored against ``cid`` (their rows, when read already), in
+        ``writes_sort_key`` order."""
+        if rows is None:
+            rows = write_rows(reader.txn, reader.sid, cid)
+        if not rows:
+            return []
         rows.sort(key=lambda r: writes_sort_key(r[2].task_path, r[0], r[1]))
         out: list[tuple[str, LgWrite]] = []
         for task, idx, row in rows:
@@ -233,14 +334,16 @@ class SaverReads(BaseCheckpointSaver[str]):
         tid, ns, cid = _ids(config, "get_tuple")
         serde = self.serde
         if cid is None:  # its rows alone, in one statement (one round trip on PostgreSQL)
-            got = read_latest(self.log.backend, thread_key(tid, ns))
+            got = read_latest_parts(self.log.backend, thread_key(tid, ns))
             if (
                 got is not None
                 and got[1] is not None
                 and got[1].checkpoint_id == got[0].checkpoint_id
             ):
-                read = self._latest_read(tid, ns, got[0], self._kept_writes(got[1]))
-                return self._build(read, serde)
+                pending = self._kept_writes(got[1])
+                latest_read = self._latest_read(tid, ns, got[0], pending, got[2])
+                if latest_read is not None:
+                    return self._build(latest_read, serde)
         with self.log.backend.read() as txn:
             if cid is None:
                 fast = self._read_latest(txn, tid, ns)
@@ -249,30 +352,26 @@ class SaverReads(BaseCheckpointSaver[str]):
             sid = stream_id(txn, tid, ns)
             if sid is None:
                 return None
+            row: CkptRow | None = None
             if cid is None:
                 latest = latest_checkpoint(txn, sid)
                 if latest is None:
                     return None
                 cid, row = latest
-            else:
-                found = read_checkpoint_row(txn, sid, cid)
-                if found is None:
-                    return None
-                row = found
             read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
-        return self._build(read, serde)
+        return None if read is None else self._build(read, serde)
 
     def _read_latest(self, txn: ReadTxn, tid: str, ns: str) -> _Read | None:
         """The newest checkpoint from its ``lg_latest`` rows (one read, no frame decoded when
         its writes are kept too); ``None`` when the stream has none (then the other tables)."""
-        got = read_latest(txn, thread_key(tid, ns))
+        got = read_latest_parts(txn, thread_key(tid, ns))
         if got is None:
             return None
-        lr, lw = got
+        lr, lw, raw_k = got
         if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
-            return self._latest_read(tid, ns, lr, self._kept_writes(lw))
+            return self._latest_read(tid, ns, lr, self._kept_writes(lw), raw_k)
         reader = self._reader(txn, lr.sid, self.serde)
-        return self._latest_read(tid, ns, lr, self._writes(reader, lr.checkpoint_id))
+        return self._latest_read(tid, ns, lr, self._writes(reader, lr.checkpoint_id), raw_k)
 
     @staticmethod
     def _kept_writes(lw: LatestWrites) -> list[tuple[str, LgWrite]]:
@@ -280,13 +379,41 @@ class SaverReads(BaseCheckpointSaver[str]):
         return [(task, w) for task, _, w in writes]
 
     def _latest_read(
-        self, tid: str, ns: str, lr: LatestRow, pending: list[tuple[str, LgWrite]]
-    ) -> _Read:
+        self,
+        tid: str,
+        ns: str,
+        lr: LatestRow,
+        pending: list[tuple[str, LgWrite]],
+        raw_k: bytes | None,
+    ) -> _Read | None:
+        """The read of the ``lg_latest`` rows: each chain as the saver kept its bytes, else
+        with its ``apart`` links' data from the ``k`` row (decoded only then); ``None`` when
+        that lacks some (then the other tables)."""
+        apart = set(lr.apart)
+        kept: dict[tuple[int, str], bytes] | None = None
+        chains: list[tuple[str, Chain]] = []
+        for ch, c in lr.values:
+            if not c:
+                continue
+            chain = kept_chain(lr.sid, c, self._patches)
+            if chain is c and apart and any((seq, b.channel) in apart for seq, b in c):
+                if kept is None:
+                    kept = latest_blobs(raw_k)
+                    if kept is None:
+                        return None
+                filled = []
+                for seq, link in c:
+                    if (seq, link.channel) in apart:
+                        data = kept.get((seq, link.channel))
+                        if data is None:
+                            return None
+                        link = msgspec.structs.replace(link, data=data)  # noqa: PLW2901
+                    filled.append((seq, link))
+                chain = tuple(filled)
+            chains.append((ch, chain))
         return _Read(
             (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
-            lr.versions,
-            [(ch, kept_chain(lr.sid, c, self._patches)) for ch, c in lr.values if c],
-            pending,
+            lr.versions, chains, pending, latest=True,
         )  # fmt: skip
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -342,13 +469,12 @@ class SaverReads(BaseCheckpointSaver[str]):
         out: list[_Read] = []
         readers: dict[int, BlobReader] = {}
         for key, cid, known in keys:
-            row = known if known is not None else read_checkpoint_row(txn, key[2], cid)
-            if row is None:  # removed since it was listed
-                continue
             reader = readers.get(key[2])
             if reader is None:
                 reader = readers[key[2]] = self._reader(txn, key[2], serde)
-            out.append(self._read(key, cid, row, reader))
+            read = self._read(key, cid, known, reader)
+            if read is not None:  # else removed since it was listed
+                out.append(read)
         return out
 
     def _list_first(
@@ -377,6 +503,81 @@ class SaverReads(BaseCheckpointSaver[str]):
     ) -> list[CheckpointTuple]:
         return self._built(self._load_many(keys))
 
+    @staticmethod
+    def _one_stream(
+        config: RunnableConfig | None, before: RunnableConfig | None
+    ) -> tuple[str, str, str | None, str | None] | None:
+        """``(thread, ns, only id, before id)`` when ``list`` reads one stream (a config naming
+        the thread and its namespace), which it walks in chunks without listing its keys first
+        (``None``: several streams, merged by id)."""
+        conf = _configurable(config, "list")
+        if conf.get("thread_id") is None or conf.get("checkpoint_ns") is None:
+            return None
+        tid, _, only = _ids(config, "list")
+        at = None if before is None else (before.get("configurable") or {}).get("checkpoint_id")
+        return tid, str(conf["checkpoint_ns"]), only, at or None
+
+    def _chunk(
+        self,
+        tid: str,
+        ns: str,
+        before: str | None,
+        only: str | None,
+        filter: dict[str, Any] | None,
+        n: int,
+    ) -> tuple[list[_Read], str | None]:
+        """Up to ``n`` reads of one stream, newest first below ``before``, in one transaction,
+        and where the next chunk starts (``None``: the stream is done). Per chunk: one scan of
+        its checkpoint rows, one ``get_many`` of their read rows, one range scan of their
+        writes (a round trip each on PostgreSQL)."""
+        serde = self.serde
+        out: list[_Read] = []
+        with self.log.backend.read() as txn:
+            sid = stream_id(txn, tid, ns)
+            if sid is None:
+                return out, None
+            if only is not None:
+                if before is not None and only >= before:
+                    return out, None
+                start, stop = checkpoint_key(sid, only), checkpoint_key(sid, only) + b"\x00"
+            else:
+                start = U64.pack(sid)
+                stop = checkpoint_key(sid, before) if before is not None else U64.pack(sid + 1)
+            key = (tid, ns, sid)
+            reader = self._reader(txn, sid, serde)
+            scan = txn.scan(CHECKPOINTS, start, stop, reverse=True)
+            last: str | None = None
+            while len(out) < n:
+                want = n - len(out) if not filter else LIST_CHUNK
+                batch = list(islice(scan, want))
+                if not batch:
+                    return out, None
+                picked: list[tuple[bytes, str, bytes]] = []
+                for k, raw in batch:
+                    cid = k[8:].decode("utf-8", "surrogatepass")
+                    if filter:
+                        row = _dec_ckpt_row.decode(raw)
+                        md = serde.loads_typed((row.metadata_type, row.metadata))
+                        if not all(md.get(f) == v for f, v in filter.items()):
+                            continue
+                    picked.append((k, cid, raw))
+                last = batch[-1][0][8:].decode("utf-8", "surrogatepass")
+                if len(batch) < want:
+                    last = None  # the stream is done
+                got = txn.get_many(READS, [k for k, _, _ in picked]) if picked else []
+                wrows = _chunk_writes(txn, sid, [cid for _, cid, _ in picked])
+                for (_, cid, raw), rraw in zip(picked, got, strict=True):
+                    w = wrows.get(cid, []) if wrows is not None else None
+                    if rraw is not None:
+                        out.append(self._from_row(key, cid, decode_read_row(rraw), reader, w))
+                    else:  # stored before read rows
+                        read = self._read(key, cid, _dec_ckpt_row.decode(raw), reader)
+                        if read is not None:
+                            out.append(read)
+                if last is None:
+                    break
+            return out, last
+
     def list(
         self,
         config: RunnableConfig | None,
@@ -389,8 +590,23 @@ class SaverReads(BaseCheckpointSaver[str]):
         ``checkpoint_ns``: every namespace of the thread; ``filter`` matches metadata.
 
         Read ``LIST_CHUNK`` checkpoints per transaction, each decoded as it is yielded."""
-        keys, reads = self._list_first(config, filter, before, limit)
         serde = self.serde
+        if limit is not None and limit <= 0:
+            return
+        one = self._one_stream(config, before)
+        if one is not None:
+            tid, ns, only, at = one
+            left = limit
+            while True:
+                n = LIST_CHUNK if left is None else min(left, LIST_CHUNK)
+                reads, at = self._chunk(tid, ns, at, only, filter, n)
+                for read in reads:
+                    yield self._build(read, serde)
+                if left is not None:
+                    left -= len(reads)
+                if at is None or (left is not None and left <= 0):
+                    return
+        keys, reads = self._list_first(config, filter, before, limit)
         for read in reads:
             yield self._build(read, serde)
         for i in range(LIST_CHUNK, len(keys), LIST_CHUNK):
@@ -405,6 +621,21 @@ class SaverReads(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        if limit is not None and limit <= 0:
+            return
+        one = self._one_stream(config, before)
+        if one is not None:
+            tid, ns, only, at = one
+            left = limit
+            while True:
+                n = LIST_CHUNK if left is None else min(left, LIST_CHUNK)
+                reads, at = await asyncio.to_thread(self._chunk, tid, ns, at, only, filter, n)
+                for tup in await asyncio.to_thread(self._built, reads):
+                    yield tup
+                if left is not None:
+                    left -= len(reads)
+                if at is None or (left is not None and left <= 0):
+                    return
         keys, reads = await asyncio.to_thread(self._list_first, config, filter, before, limit)
         for tup in await asyncio.to_thread(self._built, reads):
             yield tup

@@ -36,7 +36,8 @@ BLOBS: Final = "lg_blobs"
 WRITES: Final = "lg_writes"
 RUNS: Final = "lg_runs"
 LATEST: Final = "lg_latest"
-TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS, LATEST)
+READS: Final = "lg_reads"
+TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS, LATEST, READS)
 VIEW_TABLES: Final = (CHECKPOINTS, BLOBS, WRITES)  # keyed by sid first
 
 STREAM_PREFIX: Final = "lg:"
@@ -45,10 +46,14 @@ CHAIN_READ_MAX: Final = 4096  # a longer chain on read is corruption (logs writt
 IDX_BIAS: Final = 1 << 31
 
 KEYFRAME_EVERY: Final = 16  # delta blobs (each against the keyframe) before a full one again
+PATCH_KEYFRAME_EVERY: Final = 64  # ... when they are patches: a patch against the keyframe
+# grows with the edits since it, not with the value (the byte budget below bounds it), so a
+# 64 KiB value edited a little each step pays a keyframe (its frame compressed) every 65 puts
 CHAIN_RATIO: Final = 2  # ... or once the deltas since the keyframe outweigh it this much
 PATCH_MIN_BYTES: Final = 2048  # smaller values are stored in full (a patch would not pay)
 MEMO_ENTRIES_MAX: Final = 4096  # (stream, channel) pairs whose last blob this process remembers
 MEMO_BYTES_MAX: Final = 64 << 20  # bytes of values (and patch bases) that memos keep alive
+INLINE_MAX: Final = 2048  # a blob this small (its data) is copied into each read row naming it
 
 
 class Serde(Protocol):
@@ -75,6 +80,16 @@ class LatestRow(msgspec.Struct, frozen=True, array_like=True):
     checkpoint: bytes
     versions: dict[str, str | int | float]
     values: tuple[tuple[str, tuple[tuple[int, LgBlob], ...]], ...]
+    apart: tuple[tuple[int, str], ...] = ()
+    """``(seq, channel)`` of the chain links stored without their data (more than
+    ``INLINE_MAX`` bytes: a keyframe, a large value), which the ``k`` row holds
+    (:class:`LatestBlobs`), so a put whose keyframe is unchanged rewrites only small rows."""
+
+
+class LatestBlobs(msgspec.Struct, frozen=True, array_like=True):
+    """The data of a latest row's ``apart`` links: ``(seq, channel, data)``, in their order."""
+
+    blobs: tuple[tuple[int, str, bytes], ...]
 
 
 class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
@@ -84,8 +99,24 @@ class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
     writes: tuple[tuple[str, str, LgWrite], ...]
 
 
+class ReadRow(msgspec.Struct, frozen=True, array_like=True):
+    """A checkpoint as ``get_tuple`` / ``list`` read it, one row per checkpoint (``lg_reads``):
+    its row, body and versions, and per channel that has a blob at its version (an empty one
+    too) ``(channel, seq, blob)``: the seq of the frame holding that blob (the blob index's
+    entry when the checkpoint was stored) and the blob itself when its data is at most
+    ``INLINE_MAX`` bytes (``None``: read it from that frame). A delta names its keyframe."""
+
+    row: CkptRow
+    checkpoint_type: str
+    checkpoint: bytes
+    versions: dict[str, str | int | float]
+    values: tuple[tuple[str, int, LgBlob | None], ...]
+
+
 _dec_latest = msgspec.msgpack.Decoder(LatestRow)
+_dec_read = msgspec.msgpack.Decoder(ReadRow)
 _dec_latest_writes = msgspec.msgpack.Decoder(LatestWrites)
+_dec_latest_blobs = msgspec.msgpack.Decoder(LatestBlobs)
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -164,28 +195,86 @@ def latest_writes_key(tkey: bytes) -> bytes:
     return b"w" + tkey
 
 
+def latest_blobs_key(tkey: bytes) -> bytes:
+    return b"k" + tkey
+
+
+def decode_latest(raw: bytes) -> LatestRow | None:
+    """A ``c`` row as stored (``apart`` links without their data); ``None`` when it does not
+    decode as one (then it is treated as absent: readers fall back, the next put rewrites it)."""
+    try:
+        return _dec_latest.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def latest_blobs(raw: bytes | None) -> dict[tuple[int, str], bytes] | None:
+    if raw is None:
+        return None
+    try:
+        return {(s, ch): d for s, ch, d in _dec_latest_blobs.decode(raw).blobs}
+    except msgspec.DecodeError:
+        return None
+
+
+def hydrate(lr: LatestRow, raw_k: bytes | None) -> LatestRow | None:
+    """``lr`` with its ``apart`` links' data filled in from the ``k`` row (``apart`` empty),
+    ``None`` when the ``k`` row lacks one."""
+    if not lr.apart:
+        return lr
+    kept = latest_blobs(raw_k)
+    if kept is None:
+        return None
+    apart = set(lr.apart)
+    values = []
+    for ch, chain in lr.values:
+        links = []
+        for seq, link in chain:
+            b = link
+            if (seq, b.channel) in apart:
+                data = kept.get((seq, b.channel))
+                if data is None:
+                    return None
+                b = msgspec.structs.replace(b, data=data)
+            links.append((seq, b))
+        values.append((ch, tuple(links)))
+    return msgspec.structs.replace(lr, values=tuple(values), apart=())
+
+
+def read_latest_parts(
+    txn: ReadTxn | Backend, tkey: bytes
+) -> tuple[LatestRow, LatestWrites | None, bytes | None] | None:
+    """The ``lg_latest`` rows of a stream as stored: the ``c`` row (its ``apart`` links without
+    their data), the ``w`` row, the ``k`` row's bytes (one round trip; given a backend, in a
+    transaction of their own); ``None`` when the ``c`` row is absent."""
+    keys = [latest_key(tkey), latest_writes_key(tkey), latest_blobs_key(tkey)]
+    try:
+        if isinstance(txn, Backend):
+            raw, raw_w, raw_k = txn.get_many_now(LATEST, keys)
+        else:
+            raw, raw_w, raw_k = txn.get_many(LATEST, keys)
+    except CheckpointError:  # a log opened read-only that never had the table
+        return None
+    lr = None if raw is None else decode_latest(raw)
+    if lr is None:
+        return None
+    return lr, None if raw_w is None else _dec_latest_writes.decode(raw_w), raw_k
+
+
 def read_latest(
     txn: ReadTxn | Backend, tkey: bytes
 ) -> tuple[LatestRow, LatestWrites | None] | None:
-    """The ``lg_latest`` rows of a stream (one round trip; given a backend, in a transaction of
-    their own), ``None`` when its row is absent."""
-    keys = [latest_key(tkey), latest_writes_key(tkey)]
-    try:
-        if isinstance(txn, Backend):
-            raw, raw_w = txn.get_many_now(LATEST, keys)
-        else:
-            raw, raw_w = txn.get_many(LATEST, keys)
-    except CheckpointError:  # a log opened read-only that never had the table
-        return None
-    if raw is None:
-        return None
-    lw = None if raw_w is None else _dec_latest_writes.decode(raw_w)
-    return _dec_latest.decode(raw), lw
+    """:func:`read_latest_parts` with the ``c`` row's data filled in from the ``k`` row
+    (``None`` also when the ``k`` row lacks some)."""
+    got = read_latest_parts(txn, tkey)
+    lr = None if got is None else hydrate(got[0], got[2])
+    return None if lr is None or got is None else (lr, got[1])
 
 
 def drop_latest(txn: WriteTxn, tkey: bytes) -> None:
     txn.delete(LATEST, latest_key(tkey))
     txn.delete(LATEST, latest_writes_key(tkey))
+    txn.delete(LATEST, latest_blobs_key(tkey))
 
 
 def run_key(run_id: str, sid: int, checkpoint_id: str) -> bytes:
@@ -209,6 +298,51 @@ def split_run_key(key: bytes) -> tuple[int, str]:
 def read_checkpoint_row(txn: ReadTxn, sid: int, checkpoint_id: str) -> CkptRow | None:
     raw = txn.get(CHECKPOINTS, checkpoint_key(sid, checkpoint_id))
     return None if raw is None else _dec_ckpt.decode(raw)
+
+
+def read_row(txn: ReadTxn, sid: int, checkpoint_id: str) -> ReadRow | None:
+    """The ``lg_reads`` row of a checkpoint, ``None`` when absent (a checkpoint stored before
+    read rows existed: readers fall back to its frame)."""
+    try:
+        raw = txn.get(READS, checkpoint_key(sid, checkpoint_id))
+    except CheckpointError:  # a log opened read-only that never had the table
+        return None
+    return None if raw is None else _dec_read.decode(raw)
+
+
+def decode_read_row(raw: bytes) -> ReadRow:
+    return _dec_read.decode(raw)
+
+
+def _slot_blob(blob: LgBlob) -> LgBlob | None:
+    return blob if len(blob.data) <= INLINE_MAX else None
+
+
+def make_read_row(txn: ReadTxn, sid: int, seq: int, frame: LgCheckpoint) -> ReadRow:
+    """The read row of ``frame`` (stored at ``seq``, its blobs indexed): its own blobs, and for
+    each other channel the blob index's seq, with the blob copied from the parent's read row
+    when that names the same frame (else read later from the frame)."""
+    mine = {b.channel: b for b in frame.blobs}
+    parent: dict[str, tuple[int, LgBlob | None]] | None = None
+    values: list[tuple[str, int, LgBlob | None]] = []
+    for channel, version in frame.versions.items():
+        b = mine.get(channel)
+        if b is not None:
+            values.append((channel, seq, _slot_blob(b)))
+            continue
+        raw = txn.get(BLOBS, blob_key(sid, channel, version_key(version)))
+        if raw is None:
+            continue
+        at = U64.unpack(raw)[0]
+        if parent is None:
+            pr = None if frame.parent_id is None else read_row(txn, sid, frame.parent_id)
+            parent = {} if pr is None else {ch: (s, bl) for ch, s, bl in pr.values}
+        got = parent.get(channel)
+        values.append((channel, at, got[1] if got is not None and got[0] == at else None))
+    return ReadRow(
+        checkpoint_row(seq, frame), frame.checkpoint_type, frame.checkpoint,
+        dict(frame.versions), tuple(values),
+    )  # fmt: skip
 
 
 def latest_checkpoint(txn: ReadTxn, sid: int) -> tuple[str, CkptRow] | None:
@@ -262,6 +396,13 @@ def stream_name(txn: ReadTxn, sid: int) -> str | None:
     return None if raw is None else raw.decode("utf-8", "surrogatepass")
 
 
+def _keep_thread(txn: WriteTxn, tkey: bytes, k: bytes) -> None:
+    """``lg_threads`` names the stream (written only when it did not: an unchanged row leaves
+    its page clean, one page less for the commit to write)."""
+    if txn.get(THREADS, tkey) != k:
+        txn.put(THREADS, tkey, k)
+
+
 def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> None:
     """:func:`projections.langgraph.apply` on the tables, in the frame's transaction."""
     k = U64.pack(sid)
@@ -277,7 +418,8 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
             txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
         for blob in frame.blobs:
             txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
-        txn.put(THREADS, tkey, k)
+        txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
+        _keep_thread(txn, tkey, k)
     elif isinstance(frame, LgWrites):
         for pos, w in enumerate(frame.writes):
             txn.put(
@@ -286,11 +428,12 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
                 _enc.encode(WriteRow(seq, pos, frame.task_path)),
             )
         if frame.writes:
-            txn.put(THREADS, tkey, k)
+            _keep_thread(txn, tkey, k)
     elif isinstance(frame, LgRemove):
         ids = frame.checkpoint_ids
         raw = txn.get(LATEST, latest_key(tkey)) if ids is not None else None
-        if raw is None or _dec_latest.decode(raw).checkpoint_id in ids:  # type: ignore[operator]
+        lr = None if raw is None else decode_latest(raw)
+        if lr is None or lr.checkpoint_id in ids:  # type: ignore[operator]
             drop_latest(txn, tkey)  # the newest checkpoint is removed: readers fall back
         if ids is None:
             for key, raw in list(txn.scan_prefix(CHECKPOINTS, k)):
@@ -298,6 +441,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
                 if run is not None:
                     txn.delete(RUNS, run_key(run, sid, key[8:].decode("utf-8", "surrogatepass")))
             txn.delete_prefix(CHECKPOINTS, k)
+            txn.delete_prefix(READS, k)
             txn.delete_prefix(BLOBS, k)
             txn.delete_prefix(WRITES, k)
             txn.delete(THREADS, tkey)
@@ -308,6 +452,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
                 if row.run_id is not None:
                     txn.delete(RUNS, run_key(row.run_id, sid, cid))
                 txn.delete(CHECKPOINTS, checkpoint_key(sid, cid))
+                txn.delete(READS, checkpoint_key(sid, cid))
             txn.delete_prefix(WRITES, writes_prefix(sid, cid))
         if not any(next(iter(txn.scan_prefix(t, k, limit=1)), None) for t in VIEW_TABLES):
             txn.delete(THREADS, tkey)  # the view is empty, as the fold says
@@ -331,8 +476,11 @@ def read_view(txn: ReadTxn, sid: int) -> StreamView:
 # -- frames and blobs --------------------------------------------------------------------------
 
 
-def read_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int) -> Any:
-    """The frame at ``seq`` of stream ``sid``, checksum and position verified."""
+def read_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int, *, checksum: bool = True) -> Any:
+    """The frame at ``seq`` of stream ``sid``, position verified, and its checksum unless
+    ``checksum=False`` (LangGraph reads: ``verify`` checks every frame's checksum; a read checks
+    the envelope's length, version and flags, its stream and seq, and that its payload
+    decompresses and decodes as a frame)."""
     gkey = txn.get(STREAMS, U64X2.pack(sid, seq))
     data = None if gkey is None else txn.get(LOG, gkey)
     if data is None:
@@ -341,7 +489,7 @@ def read_frame(log: EventLog, txn: ReadTxn, sid: int, seq: int) -> Any:
             "run LmdbSaver.verify()",
             seq=seq,
         )
-    env, frame = log.decode_envelope(data)
+    env, frame = log.decode_envelope(data, checksum=checksum)
     if (env.stream_id, env.seq) != (sid, seq):
         raise CorruptFrame(
             f"the index says log #{U64.unpack(gkey or bytes(8))[0]} is seq {seq} of stream id "

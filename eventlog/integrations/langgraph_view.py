@@ -12,6 +12,7 @@ from typing import Any, Final
 from backends.base import ReadTxn, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import (
+    LgBlob,
     LgCheckpoint,
     LgRemove,
     LgWrites,
@@ -27,13 +28,17 @@ from eventlog.integrations.langgraph_frames import (
     keep_latest_writes,
 )
 from eventlog.integrations.langgraph_rows import (
+    INLINE_MAX,
     LATEST,
+    READS,
     RUNS,
     TABLES,
     LatestRow,
     LatestWrites,
+    ReadRow,
     apply_rows,
     blob_seq,
+    decode_read_row,
     latest_writes_key,
     parse_stream_key,
     read_checkpoint_row,
@@ -51,7 +56,9 @@ from eventlog.reports import Problem
 from eventlog.streams import StreamInfo
 from projections.langgraph import (
     StreamView,
+    checkpoint_row,
     fold,
+    version_key,
 )
 
 # -- verify ------------------------------------------------------------------------------------
@@ -61,6 +68,7 @@ def verify_views(log: EventLog) -> list[Problem]:
     """Every LangGraph stream's rows against the fold of its frames; the run index too."""
     problems: list[Problem] = []
     folded: dict[int, tuple[str, StreamView]] = {}
+    expected_reads: dict[int, _ReadsFold] = {}
     with log.backend.read() as txn:
         names = {
             U64.unpack(k)[0]: v.decode("utf-8", "surrogatepass") for k, v in txn.scan(STREAM_NAMES)
@@ -68,12 +76,14 @@ def verify_views(log: EventLog) -> list[Problem]:
     for sid, name in names.items():
         if parse_stream_key(name) is None:
             continue
+        reads = _ReadsFold()
         try:
-            view = fold((sf.seq, sf.frame) for sf in log.read_stream(name))
+            view = fold(reads.see(sf.seq, sf.frame) for sf in log.read_stream(name))
         except CorruptFrame as e:
             problems.append(Problem("projection", f"cannot fold: {e}", stream=name))
             continue
         folded[sid] = (name, view)
+        expected_reads[sid] = reads
     with log.backend.read() as txn:
         for sid, (name, view) in folded.items():
             parsed = parse_stream_key(name)
@@ -94,6 +104,7 @@ def verify_views(log: EventLog) -> list[Problem]:
                         )
                     )
             problems += _verify_latest(log, txn, sid, thread_key(*parsed), view, name)
+            problems += expected_reads[sid].check(txn, sid, name)
             entry = stream_id(txn, *parsed)
             if (entry == sid) == view.empty:
                 problems.append(
@@ -126,6 +137,79 @@ def verify_views(log: EventLog) -> list[Problem]:
                     )
                 )
     return problems
+
+
+class _ReadsFold:
+    """The ``lg_reads`` rows a stream's frames give (folded with its view): per checkpoint its
+    row, body and versions, and per channel the seq of the newest frame up to it that stores
+    the channel's version, with the blob when it is small enough to be inlined."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[tuple[str, bytes], tuple[int, LgBlob | None]] = {}
+        self.rows: dict[str, ReadRow] = {}
+
+    def see(self, seq: int, frame: Any) -> tuple[int, Any]:
+        if isinstance(frame, LgCheckpoint):
+            for b in frame.blobs:
+                small = b if len(b.data) <= INLINE_MAX else None
+                self.blobs[b.channel, version_key(b.version)] = (seq, small)
+            values = []
+            for ch, v in frame.versions.items():
+                at = self.blobs.get((ch, version_key(v)))
+                if at is not None:
+                    values.append((ch, *at))
+            self.rows[frame.checkpoint_id] = ReadRow(
+                checkpoint_row(seq, frame), frame.checkpoint_type, frame.checkpoint,
+                dict(frame.versions), tuple(values),
+            )  # fmt: skip
+        elif isinstance(frame, LgRemove):
+            if frame.checkpoint_ids is None:
+                self.blobs.clear()
+                self.rows.clear()
+            else:
+                for cid in frame.checkpoint_ids:
+                    self.rows.pop(cid, None)
+        return seq, frame
+
+    def check(self, txn: ReadTxn, sid: int, name: str) -> list[Problem]:
+        """The stream's read rows against the fold: no row of a checkpoint the fold has not,
+        and each row equal to the fold's (a row may leave a blob out: it is read from the
+        frame the row names; a row may be absent: readers read the frame)."""
+        try:
+            got = {
+                k[8:].decode("utf-8", "surrogatepass"): decode_read_row(raw)
+                for k, raw in txn.scan_prefix(READS, U64.pack(sid))
+            }
+        except CheckpointError:  # a log opened read-only that never had the table
+            return []
+        # A checkpoint may have no read row (stored before they existed: readers fall back).
+        extra = len(set(got) - set(self.rows))
+        changed = sum(
+            1 for cid in set(got) & set(self.rows) if not _same_read(got[cid], self.rows[cid])
+        )
+        if extra or changed:
+            return [
+                Problem(
+                    "projection",
+                    f"lg_reads rows differ from the fold of the stream ({extra} extra, "
+                    f"{changed} changed)",
+                    stream=name,
+                )
+            ]
+        return []
+
+
+def _same_read(got: ReadRow, want: ReadRow) -> bool:
+    """``got`` equals ``want`` but may leave out a blob ``want`` inlines (then it is read
+    from the frame the row names)."""
+    if (got.row, got.checkpoint_type, got.checkpoint, got.versions) != (
+        want.row, want.checkpoint_type, want.checkpoint, want.versions,
+    ):  # fmt: skip
+        return False
+    return len(got.values) == len(want.values) and all(
+        (gc, gs) == (wc, ws) and (gb is None or gb == wb)
+        for (gc, gs, gb), (wc, ws, wb) in zip(got.values, want.values, strict=True)
+    )
 
 
 def expected_latest(
