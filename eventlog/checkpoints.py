@@ -28,10 +28,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import functools
 import importlib
 import itertools
+import operator
 import os
 import threading
 import time
@@ -130,6 +132,9 @@ from projections.records import (
     to_record,
 )
 
+_stream_of = operator.itemgetter(0)  # of a staged (stream, change)
+_change_of = operator.itemgetter(1)
+
 
 class CheckpointLog(HeadCache):
     """Checkpoint records on an :class:`EventLog`. Thread-safe; every method is synchronous."""
@@ -169,6 +174,13 @@ class CheckpointLog(HeadCache):
         self.page_rows_max = PAGE_ROWS_MAX
         self.page_bytes_max = min(PAGE_BYTES_MAX, log.frame_bytes_max // 4)
         self.head_rows_cached_max = HEAD_ROWS_CACHED_MAX
+        # Buffered save_instance calls, staged: one append under _pending_lock each (with the
+        # count toward flush_every); the log takes them into its buffers as batch frames,
+        # in call order, before it reads its buffers (GroupCommit.stager). Off under a
+        # flush_interval (whose timer watches the buffers) and once the log closes or fails.
+        self._staged: list[tuple[str, _InstanceChange]] = []
+        self._staging = self._flush_every > 0 and log.flush_interval is None
+        log.stager = self._unstage
         log.txn_hooks = _Hooks(self)
 
     @classmethod
@@ -255,9 +267,51 @@ class CheckpointLog(HeadCache):
         if self._flush_every <= 0:
             self.log.append(invocation_id, _InstanceSaves(self, change))
             return
-        self.log.buffer_into(invocation_id, change, self._new_batch)
-        if self._count_pending():
+        if self._stage(invocation_id, change):
             self.log.flush()
+
+    def _stage(self, invocation_id: str, change: _InstanceChange) -> bool:
+        """Buffer one validated ``save_instance`` call; ``True`` when a flush is due."""
+        with self._pending_lock:
+            if self._staging:
+                self._staged.append((invocation_id, change))
+                self._pending += 1
+                if self._pending < self._flush_every:
+                    return False
+                self._pending = 0
+                return True
+        self.log.buffer_into(invocation_id, change, self._new_batch)  # raises if closed
+        return self._count_pending()
+
+    def _unstage(self, final: bool) -> list[tuple[str, Any, int]]:
+        """The staged calls as batch frames ``(stream, frame, saves)`` in call order (the
+        log's :attr:`~eventlog.commit.GroupCommit.stager`; called with its lock held)."""
+        with self._pending_lock:
+            staged = self._staged
+            if final:
+                self._staging = False
+            if not staged:
+                return []
+            self._staged = []
+        out: list[tuple[str, Any, int]] = []
+        for stream, run in itertools.groupby(staged, key=_stream_of):
+            changes = list(map(_change_of, run))
+            ends = list(
+                itertools.accumulate(len(ch.raw) + INSTANCE_OVERHEAD_BYTES for ch in changes)
+            )
+            start, n, base = 0, len(changes), 0
+            while start < n:  # frames of at most BATCH_CHANGES_MAX changes / batch_bytes_max
+                stop = bisect.bisect_right(
+                    ends, base + self.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
+                )
+                batch = _InstanceSaves(self, changes[start])
+                batch.changes = part = changes[start:stop]
+                batch.bytes = ends[stop - 1] - base
+                key = part[0].key
+                batch.mixed = any(ch.key is not key for ch in part)
+                out.append((stream, batch, stop - start))
+                start, base = stop, ends[stop - 1]
+        return out
 
     def _new_batch(self, change: _InstanceChange) -> _InstanceSaves:
         return _InstanceSaves(self, change)

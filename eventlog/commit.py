@@ -165,13 +165,29 @@ class GroupCommit:
     _last_flush: float
     _pid: int
     _writer: threading.Thread | None
+    # Values a composition module stages outside the buffers (CheckpointLog's save_instance
+    # calls: one list append each); called with the lock held before the buffers are read,
+    # it hands them over as buffered frames ``(stream, frame, saves)``, in call order (with
+    # ``True`` once the log closes or fails: it stages nothing after that).
+    stager: Callable[[bool], list[tuple[str, Any, int]]] | None = None
 
     if TYPE_CHECKING:
 
         @property
         def chain_key(self) -> bytes: ...
 
+    def _unstage_locked(self, final: bool = False) -> None:
+        """Take the staged values into the buffers (see :attr:`stager`), after what is there."""
+        if self.stager is None:
+            return
+        for stream, frame, saves in self.stager(final):
+            self._buffers.setdefault(stream, []).append(
+                _Item(stream, frame, buffered=True, saves=saves)
+            )
+            self._buffered += saves
+
     def _drain_buffers_locked(self) -> None:
+        self._unstage_locked()
         for buffered in self._buffers.values():
             self._queue.extend(buffered)
         self._buffers.clear()
@@ -243,6 +259,7 @@ class GroupCommit:
         with self._cond:
             if self._failed is None:
                 self._failed = cause
+            self._unstage_locked(final=True)
             items = [*batch, *self._queue]
             self._queue.clear()
             self._failed_lost += self._buffered + sum(it.saves for it in items if it.buffered)

@@ -14,7 +14,8 @@ Invariants:
   checksum of the frame before it; the writer reads the stream's tail inside the write
   transaction, so several processes may append to one log.
 - Buffered appends of a stream are always the tail of that stream's queue: a durable append to a
-  stream first moves its buffered frames into the commit queue, so the order stays the call order.
+  stream first moves its buffered frames into the commit queue, so the order stays the call order
+  (staged values, ``GroupCommit.stager``, join the buffers first, whenever the buffers are read).
 - A frame that cannot be encoded, is too large, or whose ``expect_seq`` does not match fails
   alone: nothing of it is written and the other frames of its commit are unaffected.
 - A durable append returns only after its commit is on disk (per the backend's durability).
@@ -316,6 +317,7 @@ class EventLog(GroupCommit):
         with self._cond:
             self._check_open()
             self._ensure_writer()
+            self._unstage_locked()
             if durable:
                 for it in items:
                     buffered = self._buffers.pop(it.stream, None)
@@ -337,13 +339,12 @@ class EventLog(GroupCommit):
                     self._cond.notify()
 
     def buffer_into(self, stream: str, value: Any, make: Callable[[Any], DeferredFrame]) -> None:
-        """Buffer ``value`` for ``stream`` (like ``append(..., durable=False)``): into the
-        stream's last buffered frame when that frame takes it (``DeferredFrame.add``), else
-        as the new frame ``make(value)``. The per-call path of batch frames: no item, no
-        frame object and one lock round trip per value."""
+        """Buffer ``value`` for ``stream`` (like ``append(..., durable=False)``): into the last
+        buffered frame when it takes it (``DeferredFrame.add``), else as frame ``make(value)``."""
         with self._mutex:  # the condition's lock, without Condition.__enter__'s Python frame
             if self._failed is not None or self._closed:
                 self._check_open()
+            self._unstage_locked()
             buf = self._buffers.get(stream)
             if buf:
                 last = buf[-1]
@@ -500,12 +501,14 @@ class EventLog(GroupCommit):
     def discard_buffered(self, stream: str) -> int:
         """Drop the buffered (not yet queued) frames of ``stream``; returns how many."""
         with self._cond:
+            self._unstage_locked()
             dropped = sum(it.saves for it in self._buffers.pop(stream, []))
             self._buffered -= dropped
             return dropped
 
     def buffered_count(self, stream: str | None = None) -> int:
         with self._cond:
+            self._unstage_locked()
             if stream is None:
                 return self._buffered
             return sum(it.saves for it in self._buffers.get(stream, ()))
@@ -754,6 +757,7 @@ class EventLog(GroupCommit):
         with self._cond:
             self._closed = True
             self._stopping = True
+            self._unstage_locked(final=True)
             lost = {s: sum(it.saves for it in items) for s, items in self._buffers.items() if items}
             self._buffers.clear()
             self._buffered = 0
