@@ -8,6 +8,9 @@ writer thread builds inside the write transaction, in call order, against the st
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import operator
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,7 +28,7 @@ from eventlog.frames import (
     Tombstone,
 )
 from eventlog.layout import U64
-from eventlog.log import Appended, DeferredFrame
+from eventlog.log import Appended, DeferredFrame, EventLog
 from eventlog.materialized import (
     BODIES,
     HEADS,
@@ -248,6 +251,7 @@ class _InstanceSaves(_HeadFrame):
     """
 
     __slots__ = ("bytes", "changes", "early", "mixed", "rejected", "rows", "strict")
+    fast_compress = True  # results of fan-out instances: zstd level 1 is smaller and faster
 
     def __init__(self, owner: CheckpointLog, change: _InstanceChange) -> None:
         super().__init__(owner)
@@ -522,3 +526,73 @@ class _Delete(DeferredFrame):
         assert self.row is not None or self.damaged
         delete_rows(txn, self.owner._sid_of(done), self.row)
         self.owner._cache_drop(done.stream)
+
+
+_raw_of = operator.attrgetter("raw")  # of an _InstanceChange
+_key_of = operator.attrgetter("key")
+
+
+def staged_frames(
+    owner: CheckpointLog, staged: list[_InstanceChange], runs: list[tuple[str, int]]
+) -> list[tuple[str, Any, int]]:
+    """Staged ``save_instance`` calls (``runs``: each stream's first change in ``staged``) as
+    buffered batch frames ``(stream, frame, saves)`` in call order, cut as
+    :meth:`_InstanceSaves.add` would cut them, at C speed."""
+    out: list[tuple[str, Any, int]] = []
+    cut = [start for _, start in runs[1:]] + [len(staged)]
+    for (stream, first), end in zip(runs, cut, strict=True):
+        changes = staged[first:end]
+        sizes = map(len, map(_raw_of, changes))  # each change's size, as add() counts it
+        ends = list(
+            itertools.accumulate(
+                map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES))
+            )
+        )
+        start, n, base = 0, len(changes), 0
+        while start < n:  # frames of at most BATCH_CHANGES_MAX changes / batch_bytes_max
+            stop = bisect.bisect_right(
+                ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
+            )
+            batch = _InstanceSaves(owner, changes[start])
+            batch.changes = part = changes[start:stop]
+            batch.bytes = ends[stop - 1] - base
+            key = part[0].key
+            batch.mixed = any(map(operator.is_not, map(_key_of, part), itertools.repeat(key)))
+            out.append((stream, batch, stop - start))
+            start, base = stop, ends[stop - 1]
+    return out
+
+
+def check_in_head(log: EventLog, invocation_id: str, key: _FanOutKey, indices: list[int]) -> None:
+    """Refuse a call naming a fan-out the committed head lacks, or an index outside it,
+    before anything is queued (unless saves of the invocation are buffered, which may add
+    it: the writer then refuses the whole call's frames instead)."""
+    if log.buffered_count(invocation_id):
+        return
+    with log.backend.read() as txn:
+        sid = log.stream_id(txn, invocation_id)
+        try:
+            row = None if sid is None else read_row(txn, sid)
+        except msgspec.DecodeError:
+            return  # the writer says what is wrong with it
+    header = None if row is None else _headers(row.layout).get(key)
+    name, namespace, _ = key
+    if row is None:
+        raise InvalidRecord(
+            f"save_instances for {invocation_id!r}: nothing is saved for this invocation; "
+            "save a record whose fan_out_progress holds the fan-out first (nothing of this "
+            "call was saved)"
+        )
+    if header is None:
+        raise InvalidRecord(
+            f"save_instances for {invocation_id!r}: the head has no fan-out {name!r} in "
+            f"namespace {namespace!r}; save a record whose fan_out_progress holds it first "
+            "(nothing of this call was saved)"
+        )
+    if max(indices) >= header.instance_count:
+        k = next(k for k, i in enumerate(indices) if i >= header.instance_count)
+        raise InvalidRecord(
+            f"save_instances for {invocation_id!r}: items[{k}] has index {indices[k]}, "
+            f"outside fan-out {name!r} of {header.instance_count} instances (nothing of "
+            "this call was saved)"
+        )

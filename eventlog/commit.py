@@ -294,11 +294,11 @@ class GroupCommit:
             return False
         return True
 
-    def _encode(self, item: _Item, frame: Any) -> None:
+    def _encode(self, item: _Item, frame: Any, fast: bool = False) -> None:
         """Encode and compress ``frame`` into ``item``; the encoded and stored sizes are bounded
         by ``frame_bytes_max`` so every acknowledged frame also reads back within it."""
         raw = self._serializer.encode(frame)
-        item.payload, item.flags = self._compressor.compress(raw)
+        item.payload, item.flags = self._compressor.compress(raw, fast)
         stored = len(item.payload) + HEADER_BYTES
         if max(stored, len(raw) + HEADER_BYTES) > self.frame_bytes_max:
             raise FrameTooLarge(
@@ -418,7 +418,7 @@ class GroupCommit:
                 frame = deferred.build(txn, it.stream, sid, seq)
                 if frame is None:
                     continue  # nothing to append (e.g. deleting an unknown invocation)
-                self._encode(it, frame)  # raising aborts; the batch is then isolated
+                self._encode(it, frame, deferred.fast_compress)  # raising aborts the batch
             if fresh:
                 w.register(it.stream, sid)
             gseq, checksum, size = w.add(sid, seq, tail[1], it)
@@ -607,6 +607,7 @@ class DeferredFrame:
     """Base class for :class:`Deferred` frames (the writer recognizes them by type)."""
 
     __slots__ = ()
+    fast_compress = False  # compressed at zstd's fastest level (eventlog.codec.FAST_LEVEL)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
         raise NotImplementedError
