@@ -23,7 +23,6 @@ any instance it does write (:func:`check_instance`).
 from __future__ import annotations
 
 import collections
-import itertools
 import operator
 import reprlib
 import threading
@@ -503,12 +502,10 @@ def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[b
         for index, x in zip(indices, progs, strict=True):
             encode_progress(x, index)  # raises, naming the first that does not encode
         raise
-    same = _plain_results(list(map(_result, progs)))
-    if not same:
-        try:
-            same = list(map(_progress_decoder.decode, raws)) == progs
-        except msgspec.DecodeError:
-            same = False
+    try:
+        same = list(map(_progress_decoder.decode, raws)) == progs
+    except msgspec.DecodeError:
+        same = False
     if not same:
         for index, x in zip(indices, progs, strict=True):
             check_lossless(x.result, f"instances[{index}].result")
@@ -532,21 +529,6 @@ def _item_check(k: int, index: Any, progress: Any) -> None:
 
 _SCALARS: Final = frozenset((str, int, float, bool, type(None)))
 _STR: Final = frozenset((str,))
-_SCALARS_OR_DICT: Final = _SCALARS | {dict}
-
-
-def _plain_results(results: list[Any]) -> bool:
-    """Whether every result is a scalar or a dict of str keys and scalar values (lossless as
-    encoded: what ``check_lossless`` clears at once), checked at C speed."""
-    kinds = set(map(type, results))
-    if kinds <= _SCALARS:
-        return True
-    if not kinds <= _SCALARS_OR_DICT:
-        return False
-    dicts = [r for r in results if r.__class__ is dict]
-    return _SCALARS.issuperset(
-        map(type, itertools.chain.from_iterable(map(dict.values, dicts)))
-    ) and _STR.issuperset(map(type, itertools.chain.from_iterable(dicts)))
 
 
 def quick_progress(progress: FanOutInstanceProgress) -> bytes | None:
