@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -533,14 +533,24 @@ _key_of = operator.attrgetter("key")
 
 
 def staged_frames(
-    owner: CheckpointLog, staged: list[_InstanceChange], runs: list[tuple[str, int]]
+    owner: CheckpointLog,
+    staged: list[_InstanceChange],
+    runs: list[tuple[str, int]],
+    last: Callable[[str], Any],
 ) -> list[tuple[str, Any, int]]:
     """Staged ``save_instance`` calls (``runs``: each stream's first change in ``staged``) as
-    buffered batch frames ``(stream, frame, saves)`` in call order, cut as
-    :meth:`_InstanceSaves.add` would cut them, at C speed."""
+    buffered batch frames ``(stream, frame, saves)`` in call order, cut as buffering each
+    call would cut them (:meth:`_InstanceSaves.add`: the first join the stream's last buffered
+    frame, ``last(stream)``, while it takes them; frame ``None``), at C speed."""
     out: list[tuple[str, Any, int]] = []
     cut = [start for _, start in runs[1:]] + [len(staged)]
-    for (stream, first), end in zip(runs, cut, strict=True):
+    for (stream, begin), end in zip(runs, cut, strict=True):
+        into, first = last(stream), begin
+        if into is not None:  # rare: a call buffered by buffer_into, or a run taken earlier
+            while first < end and into.add(staged[first]):
+                first += 1
+            if first > begin:
+                out.append((stream, None, first - begin))
         changes = staged[first:end]
         sizes = map(len, map(_raw_of, changes))  # each change's size, as add() counts it
         ends = list(

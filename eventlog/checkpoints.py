@@ -331,7 +331,7 @@ class CheckpointLog(HeadCache):
         self.log.buffer_into(invocation_id, change, self._new_batch)  # raises if closed
         return self._count_pending()
 
-    def _unstage(self, final: bool) -> list[tuple[str, Any, int]]:
+    def _unstage(self, final: bool, last: Callable[[str], Any]) -> list[tuple[str, Any, int]]:
         """The staged calls as batch frames ``(stream, frame, saves)`` in call order (the
         log's :attr:`~eventlog.commit.GroupCommit.stager`; called with its lock held)."""
         with self._pending_lock:
@@ -341,7 +341,7 @@ class CheckpointLog(HeadCache):
             if not staged:
                 return []
             self._staged, self._runs, self._staged_stream = [], [], None
-        return staged_frames(self, staged, runs)
+        return staged_frames(self, staged, runs, last)
 
     def _new_batch(self, change: _InstanceChange) -> _InstanceSaves:
         return _InstanceSaves(self, change)

@@ -167,9 +167,11 @@ class GroupCommit:
     _writer: threading.Thread | None
     # Values a composition module stages outside the buffers (CheckpointLog's save_instance
     # calls: one list append each); called with the lock held before the buffers are read,
-    # it hands them over as buffered frames ``(stream, frame, saves)``, in call order (with
-    # ``True`` once the log closes or fails: it stages nothing after that).
-    stager: Callable[[bool], list[tuple[str, Any, int]]] | None = None
+    # it hands them over as buffered frames ``(stream, frame, saves)``, in call order (frame
+    # ``None``: the saves were added to the stream's last buffered frame, which it is given
+    # through the second argument); its first argument is ``True`` once the log closes or
+    # fails: it stages nothing after that.
+    stager: Callable[[bool, Callable[[str], Any]], list[tuple[str, Any, int]]] | None = None
 
     if TYPE_CHECKING:
 
@@ -180,11 +182,29 @@ class GroupCommit:
         """Take the staged values into the buffers (see :attr:`stager`), after what is there."""
         if self.stager is None:
             return
-        for stream, frame, saves in self.stager(final):
-            self._buffers.setdefault(stream, []).append(
-                _Item(stream, frame, buffered=True, saves=saves)
-            )
+        for stream, frame, saves in self.stager(final, self._last_buffered):
+            buf = self._buffers.setdefault(stream, [])
+            if frame is None:
+                buf[-1].saves += saves
+            else:
+                buf.append(_Item(stream, frame, buffered=True, saves=saves))
             self._buffered += saves
+        if not final and self._buffered:
+            self._ensure_writer()  # as buffering does: close() flushes only with a writer
+
+    def _last_buffered(self, stream: str) -> Any:
+        """The last buffered frame of ``stream`` when later values may join it
+        (:meth:`DeferredFrame.add`), else ``None``."""
+        buf = self._buffers.get(stream)
+        if buf:
+            last = buf[-1]
+            if (
+                last.effect is None
+                and last.expect_seq is None
+                and isinstance(last.frame, DeferredFrame)
+            ):
+                return last.frame
+        return None
 
     def _drain_buffers_locked(self) -> None:
         self._unstage_locked()

@@ -515,7 +515,6 @@ class EventLog(GroupCommit):
 
     def _barrier(self, *, lead: bool = False) -> Future[Appended]:
         """Queue every buffered frame plus a marker; the future resolves once all are committed.
-
         With ``lead`` the caller commits them itself (:meth:`_lead`) unless a commit is running.
         """
         marker = _Item("", None)
@@ -746,6 +745,7 @@ class EventLog(GroupCommit):
         with self._cond:
             if self._closed:
                 return
+            self._unstage_locked()  # (and starts the writer, which the flush below needs)
         error: BaseException | None = None
         try:
             if self._failed is not None:

@@ -158,3 +158,17 @@ def test_async_save_instance_stages_too() -> None:
         return [x.state for x in rec.fan_out_progress[0].instances]
 
     assert asyncio.run(main())[:5] == ["completed"] * 4 + ["not_started"]
+
+
+def test_staged_calls_join_the_last_buffered_batch() -> None:
+    cl = _log()
+    before = cl.log.last_seq("a")
+    cl.save_instance("a", "f", 0, _done(0), saved_at=5.0)  # buffered by the log, not staged
+    cl.save_instance("a", "f", 1, _done(1))
+    assert cl.log.buffered_count("a") == 2  # reading the buffers takes the staged call in
+    cl.save_instance("a", "f", 2, _done(2))
+    cl.flush()
+    assert cl.log.last_seq("a") == before + 1  # one batch frame, as buffering each call makes
+    assert _states(cl, "a")[:4] == ["completed"] * 3 + ["not_started"]
+    history = list(cl.history("a"))
+    assert len(history) == 2  # the save and the batch
