@@ -212,6 +212,10 @@ class _Save(_HeadFrame):
 
 
 _FanOutKey = tuple[str, tuple[str, ...], tuple[EnclosingFanOutInstance, ...]]
+_raw_of = operator.attrgetter("raw")  # of an _InstanceChange, at C speed
+_key_of = operator.attrgetter("key")
+_index_of = operator.attrgetter("index")
+_saved_at_of = operator.attrgetter("saved_at")
 
 
 class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
@@ -388,10 +392,10 @@ class _InstanceSaves(_HeadFrame):
         key = batch[0].key
         hd = headers.get(key)
         if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
-            indices = [ch.index for ch in batch]
+            indices = list(map(_index_of, batch))
             if min(indices) >= 0 and max(indices) < hd.instance_count:
-                raws = [ch.raw for ch in batch]
-                times = [ch.saved_at for ch in batch]
+                raws = list(map(_raw_of, batch))
+                times = list(map(_saved_at_of, batch))
                 if slots is not None:
                     slot = slots[hd.fid]
                     insts = slot.instances
@@ -526,10 +530,6 @@ class _Delete(DeferredFrame):
         assert self.row is not None or self.damaged
         delete_rows(txn, self.owner._sid_of(done), self.row)
         self.owner._cache_drop(done.stream)
-
-
-_raw_of = operator.attrgetter("raw")  # of an _InstanceChange
-_key_of = operator.attrgetter("key")
 
 
 def staged_frames(
