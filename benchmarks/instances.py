@@ -270,7 +270,7 @@ def _rows_sync(
         save(i, result_of(i))
         if i % batch == batch - 1:
             now = time.perf_counter()
-            if (i + 1) % MILLION == 0:
+            if (i + 1) // MILLION >= len(marks):  # the first batch end past each million
                 marks.append(now)
             if now > deadline:
                 done = i + 1
@@ -291,7 +291,7 @@ async def _rows_async(
         await save(i, result_of(i))
         if i % batch == batch - 1:
             now = time.perf_counter()
-            if (i + 1) % MILLION == 0:
+            if (i + 1) // MILLION >= len(marks):  # the first batch end past each million
                 marks.append(now)
             if now > deadline:
                 done = i + 1

@@ -8,7 +8,10 @@ writer thread builds inside the write transaction, in call order, against the st
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import itertools
+import operator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -25,7 +28,7 @@ from eventlog.frames import (
     Tombstone,
 )
 from eventlog.layout import U64
-from eventlog.log import Appended, DeferredFrame
+from eventlog.log import Appended, DeferredFrame, EventLog
 from eventlog.materialized import (
     BODIES,
     HEADS,
@@ -209,6 +212,10 @@ class _Save(_HeadFrame):
 
 
 _FanOutKey = tuple[str, tuple[str, ...], tuple[EnclosingFanOutInstance, ...]]
+_raw_of = operator.attrgetter("raw")  # of an _InstanceChange, at C speed
+_key_of = operator.attrgetter("key")
+_index_of = operator.attrgetter("index")
+_saved_at_of = operator.attrgetter("saved_at")
 
 
 class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
@@ -248,6 +255,7 @@ class _InstanceSaves(_HeadFrame):
     """
 
     __slots__ = ("bytes", "changes", "early", "mixed", "rejected", "rows", "strict")
+    fast_compress = True  # results of fan-out instances: zstd level 1 is smaller and faster
 
     def __init__(self, owner: CheckpointLog, change: _InstanceChange) -> None:
         super().__init__(owner)
@@ -384,10 +392,10 @@ class _InstanceSaves(_HeadFrame):
         key = batch[0].key
         hd = headers.get(key)
         if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
-            indices = [ch.index for ch in batch]
+            indices = list(map(_index_of, batch))
             if min(indices) >= 0 and max(indices) < hd.instance_count:
-                raws = [ch.raw for ch in batch]
-                times = [ch.saved_at for ch in batch]
+                raws = list(map(_raw_of, batch))
+                times = list(map(_saved_at_of, batch))
                 if slots is not None:
                     slot = slots[hd.fid]
                     insts = slot.instances
@@ -522,3 +530,79 @@ class _Delete(DeferredFrame):
         assert self.row is not None or self.damaged
         delete_rows(txn, self.owner._sid_of(done), self.row)
         self.owner._cache_drop(done.stream)
+
+
+def staged_frames(
+    owner: CheckpointLog,
+    staged: list[_InstanceChange],
+    runs: list[tuple[str, int]],
+    last: Callable[[str], Any],
+) -> list[tuple[str, Any, int]]:
+    """Staged ``save_instance`` calls (``runs``: each stream's first change in ``staged``) as
+    buffered batch frames ``(stream, frame, saves)`` in call order, cut as buffering each
+    call would cut them (:meth:`_InstanceSaves.add`: the first join the stream's last buffered
+    frame, ``last(stream)``, while it takes them; frame ``None``), at C speed."""
+    out: list[tuple[str, Any, int]] = []
+    cut = [start for _, start in runs[1:]] + [len(staged)]
+    for (stream, begin), end in zip(runs, cut, strict=True):
+        into, first = last(stream), begin
+        if into is not None:  # rare: a call buffered by buffer_into, or a run taken earlier
+            while first < end and into.add(staged[first]):
+                first += 1
+            if first > begin:
+                out.append((stream, None, first - begin))
+        changes = staged[first:end]
+        sizes = map(len, map(_raw_of, changes))  # each change's size, as add() counts it
+        ends = list(
+            itertools.accumulate(
+                map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES))
+            )
+        )
+        start, n, base = 0, len(changes), 0
+        while start < n:  # frames of at most BATCH_CHANGES_MAX changes / batch_bytes_max
+            stop = bisect.bisect_right(
+                ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
+            )
+            batch = _InstanceSaves(owner, changes[start])
+            batch.changes = part = changes[start:stop]
+            batch.bytes = ends[stop - 1] - base
+            key = part[0].key
+            batch.mixed = any(map(operator.is_not, map(_key_of, part), itertools.repeat(key)))
+            out.append((stream, batch, stop - start))
+            start, base = stop, ends[stop - 1]
+    return out
+
+
+def check_in_head(log: EventLog, invocation_id: str, key: _FanOutKey, indices: list[int]) -> None:
+    """Refuse a call naming a fan-out the committed head lacks, or an index outside it,
+    before anything is queued (unless saves of the invocation are buffered, which may add
+    it: the writer then refuses the whole call's frames instead)."""
+    if log.buffered_count(invocation_id):
+        return
+    with log.backend.read() as txn:
+        sid = log.stream_id(txn, invocation_id)
+        try:
+            row = None if sid is None else read_row(txn, sid)
+        except msgspec.DecodeError:
+            return  # the writer says what is wrong with it
+    header = None if row is None else _headers(row.layout).get(key)
+    name, namespace, _ = key
+    if row is None:
+        raise InvalidRecord(
+            f"save_instances for {invocation_id!r}: nothing is saved for this invocation; "
+            "save a record whose fan_out_progress holds the fan-out first (nothing of this "
+            "call was saved)"
+        )
+    if header is None:
+        raise InvalidRecord(
+            f"save_instances for {invocation_id!r}: the head has no fan-out {name!r} in "
+            f"namespace {namespace!r}; save a record whose fan_out_progress holds it first "
+            "(nothing of this call was saved)"
+        )
+    if max(indices) >= header.instance_count:
+        k = next(k for k, i in enumerate(indices) if i >= header.instance_count)
+        raise InvalidRecord(
+            f"save_instances for {invocation_id!r}: items[{k}] has index {indices[k]}, "
+            f"outside fan-out {name!r} of {header.instance_count} instances (nothing of "
+            "this call was saved)"
+        )

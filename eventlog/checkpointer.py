@@ -100,8 +100,7 @@ class Checkpointer:
         if cl._flush_every <= 0:
             await cl.log.append_async(invocation_id, _InstanceSaves(cl, change))
             return
-        cl.log.buffer_into(invocation_id, change, cl._new_batch)
-        if cl._count_pending():
+        if cl._stage(invocation_id, change):
             await cl.log.flush_async()
 
     async def save_instances(

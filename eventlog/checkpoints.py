@@ -60,11 +60,12 @@ from eventlog.checkpoint_frames import (
     U64_LEN,
     _Delete,
     _FanOutKey,
-    _headers,
     _InstanceChange,
     _InstanceSaves,
     _Save,
     _TooBig,
+    check_in_head,
+    staged_frames,
 )
 from eventlog.checkpoint_frames import (
     SNAPSHOT_FRAMES_MAX as SNAPSHOT_FRAMES_MAX,  # noqa: PLC0414 - re-exported
@@ -115,8 +116,11 @@ from eventlog.records import (
 )
 from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
+    _SCALARS,
+    _STR,
     STATES,
     RecordChecker,
+    _progress_encoder,
     check_fan_out_key,
     check_instance_items,
     check_instance_save,
@@ -130,6 +134,8 @@ from projections.records import (
     apply_inplace,
     to_record,
 )
+
+_encode_progress = _progress_encoder.encode
 
 
 class CheckpointLog(HeadCache):
@@ -170,6 +176,15 @@ class CheckpointLog(HeadCache):
         self.page_rows_max = PAGE_ROWS_MAX
         self.page_bytes_max = min(PAGE_BYTES_MAX, log.frame_bytes_max // 4)
         self.head_rows_cached_max = HEAD_ROWS_CACHED_MAX
+        # Buffered save_instance calls, staged: one append under _pending_lock each (with the
+        # count toward flush_every); the log takes them into its buffers as batch frames,
+        # in call order, before it reads its buffers (GroupCommit.stager). Off under a
+        # flush_interval (whose timer watches the buffers) and once the log closes or fails.
+        self._staged: list[_InstanceChange] = []
+        self._runs: list[tuple[str, int]] = []  # (stream, first staged change) of each run
+        self._staged_stream: object = None  # the stream of the last run
+        self._staging = self._flush_every > 0 and log.flush_interval is None
+        log.stager = self._unstage
         log.txn_hooks = _Hooks(self)
 
     @classmethod
@@ -250,15 +265,84 @@ class CheckpointLog(HeadCache):
         The fan-out must be in the invocation's head (saved through a record's
         ``fan_out_progress``). Buffered like :meth:`save_fan_out_internal` under batching.
         """
+        cached = self._last_key
+        if (  # the common call, checked and staged inline (the same checks as below)
+            progress.__class__ is FanOutInstanceProgress
+            and index.__class__ is int
+            and 0 <= index < INDEX_END
+            and invocation_id is self._last_stream
+            and saved_at is None
+            and cached[0] is fan_out_node_name
+            and cached[1] is namespace
+            and cached[2] is lineage
+            and self._staging
+        ):
+            state = progress.state
+            inner = progress.completed_inner_positions
+            if (
+                state.__class__ is str
+                and state in STATES
+                and progress.result_is_error.__class__ is bool
+                and inner.__class__ is tuple
+                and not inner
+            ):
+                try:  # quick_progress, inline
+                    raw = _encode_progress(progress)
+                except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
+                    raw = None
+                r = progress.result
+                c = r.__class__
+                if raw is not None and not (
+                    c in _SCALARS
+                    or (
+                        c is dict
+                        and _SCALARS.issuperset(map(type, r.values()))
+                        and _STR.issuperset(map(type, r))
+                    )
+                ):
+                    raw = quick_progress(progress)  # the exact test (a typed decode)
+                if raw is not None:
+                    change = _InstanceChange(cached[3], index, progress, time.time(), raw)
+                    if self._stage(invocation_id, change):
+                        self.log.flush()
+                    return
         change = self._instance_change(
             invocation_id, fan_out_node_name, index, progress, namespace, lineage, saved_at
         )
         if self._flush_every <= 0:
             self.log.append(invocation_id, _InstanceSaves(self, change))
             return
-        self.log.buffer_into(invocation_id, change, self._new_batch)
-        if self._count_pending():
+        if self._stage(invocation_id, change):
             self.log.flush()
+
+    def _stage(self, invocation_id: str, change: _InstanceChange) -> bool:
+        """Buffer one validated ``save_instance`` call; ``True`` when a flush is due."""
+        with self._pending_lock:
+            if self._staging:
+                staged = self._staged
+                if invocation_id is not self._staged_stream:
+                    self._runs.append((invocation_id, len(staged)))
+                    self._staged_stream = invocation_id
+                staged.append(change)
+                self._pending += 1
+                if self._pending < self._flush_every:
+                    return False
+                self._pending = 0
+                return True
+        self.log.buffer_into(invocation_id, change, self._new_batch)  # raises if closed
+        return self._count_pending()
+
+    def _unstage(self, final: bool, last: Callable[[str], Any]) -> list[tuple[str, Any, int]]:
+        """The staged calls as batch frames ``(stream, frame, saves)`` in call order (the
+        log's :attr:`~eventlog.commit.GroupCommit.stager`; called with its lock held)."""
+        with self._pending_lock:
+            staged, runs = self._staged, self._runs
+            if final:
+                self._staging = False
+            if not staged:
+                return []
+            self._staged, self._runs, self._staged_stream = [], [], None
+        return staged_frames(self, staged, runs, last)
 
     def _new_batch(self, change: _InstanceChange) -> _InstanceSaves:
         return _InstanceSaves(self, change)
@@ -392,7 +476,7 @@ class CheckpointLog(HeadCache):
         indices, progs, raws = check_instance_items(listed)
         if not indices:
             return []
-        self._check_in_head(invocation_id, key, indices)
+        check_in_head(self.log, invocation_id, key, indices)
         at = time.time() if saved_at is None else float(saved_at)
         changes = list(
             map(_InstanceChange, itertools.repeat(key), indices, progs, itertools.repeat(at), raws)
@@ -406,40 +490,6 @@ class CheckpointLog(HeadCache):
                 start, size = k, len(raw) + INSTANCE_OVERHEAD_BYTES
         frames.append(_InstanceSaves.of_call(self, changes[start:]))
         return frames
-
-    def _check_in_head(self, invocation_id: str, key: _FanOutKey, indices: list[int]) -> None:
-        """Refuse a call naming a fan-out the committed head lacks, or an index outside it,
-        before anything is queued (unless saves of the invocation are buffered, which may add
-        it: the writer then refuses the whole call's frames instead)."""
-        if self.log.buffered_count(invocation_id):
-            return
-        with self.log.backend.read() as txn:
-            sid = self.log.stream_id(txn, invocation_id)
-            try:
-                row = None if sid is None else read_row(txn, sid)
-            except msgspec.DecodeError:
-                return  # the writer says what is wrong with it
-        header = None if row is None else _headers(row.layout).get(key)
-        name, namespace, _ = key
-        if row is None:
-            raise InvalidRecord(
-                f"save_instances for {invocation_id!r}: nothing is saved for this invocation; "
-                "save a record whose fan_out_progress holds the fan-out first (nothing of this "
-                "call was saved)"
-            )
-        if header is None:
-            raise InvalidRecord(
-                f"save_instances for {invocation_id!r}: the head has no fan-out {name!r} in "
-                f"namespace {namespace!r}; save a record whose fan_out_progress holds it first "
-                "(nothing of this call was saved)"
-            )
-        if max(indices) >= header.instance_count:
-            k = next(k for k, i in enumerate(indices) if i >= header.instance_count)
-            raise InvalidRecord(
-                f"save_instances for {invocation_id!r}: items[{k}] has index {indices[k]}, "
-                f"outside fan-out {name!r} of {header.instance_count} instances (nothing of "
-                "this call was saved)"
-            )
 
     def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
         """Buffered without counting toward ``flush_every`` under batching, else durable."""

@@ -52,6 +52,7 @@ KNOWN_FLAGS: Final = FLAG_COMPRESSED | FLAG_DICTIONARY
 
 COMPRESS_THRESHOLD_BYTES: Final = 512  # below this zstd gains little without a dictionary
 COMPRESS_LEVEL: Final = 3
+FAST_LEVEL: Final = 1  # batch frames of fan-out instance results: smaller and faster than 3
 
 T = TypeVar("T")
 
@@ -199,13 +200,15 @@ class Compressor:
         self.threshold_bytes = threshold_bytes
         self.level = level
         self._c = zstandard.ZstdCompressor(level=level)
+        self._fast = zstandard.ZstdCompressor(level=min(level, FAST_LEVEL))
         self._local = threading.local()  # a ZstdDecompressor per reading thread
 
-    def compress(self, raw: bytes) -> tuple[bytes, int]:
-        """``(stored bytes, flags)``: compressed only when above the threshold and smaller."""
+    def compress(self, raw: bytes, fast: bool = False) -> tuple[bytes, int]:
+        """``(stored bytes, flags)``: compressed only when above the threshold and smaller
+        (``fast``: at :data:`FAST_LEVEL`)."""
         if len(raw) < self.threshold_bytes:
             return raw, 0
-        packed: bytes = self._c.compress(raw)
+        packed: bytes = (self._fast if fast else self._c).compress(raw)
         if len(packed) >= len(raw):
             return raw, 0
         return packed, FLAG_COMPRESSED

@@ -165,13 +165,49 @@ class GroupCommit:
     _last_flush: float
     _pid: int
     _writer: threading.Thread | None
+    # Values a composition module stages outside the buffers (CheckpointLog's save_instance
+    # calls: one list append each); called with the lock held before the buffers are read,
+    # it hands them over as buffered frames ``(stream, frame, saves)``, in call order (frame
+    # ``None``: the saves were added to the stream's last buffered frame, which it is given
+    # through the second argument); its first argument is ``True`` once the log closes or
+    # fails: it stages nothing after that.
+    stager: Callable[[bool, Callable[[str], Any]], list[tuple[str, Any, int]]] | None = None
 
     if TYPE_CHECKING:
 
         @property
         def chain_key(self) -> bytes: ...
 
+    def _unstage_locked(self, final: bool = False) -> None:
+        """Take the staged values into the buffers (see :attr:`stager`), after what is there."""
+        if self.stager is None:
+            return
+        for stream, frame, saves in self.stager(final, self._last_buffered):
+            buf = self._buffers.setdefault(stream, [])
+            if frame is None:
+                buf[-1].saves += saves
+            else:
+                buf.append(_Item(stream, frame, buffered=True, saves=saves))
+            self._buffered += saves
+        if not final and self._buffered:
+            self._ensure_writer()  # as buffering does: close() flushes only with a writer
+
+    def _last_buffered(self, stream: str) -> Any:
+        """The last buffered frame of ``stream`` when later values may join it
+        (:meth:`DeferredFrame.add`), else ``None``."""
+        buf = self._buffers.get(stream)
+        if buf:
+            last = buf[-1]
+            if (
+                last.effect is None
+                and last.expect_seq is None
+                and isinstance(last.frame, DeferredFrame)
+            ):
+                return last.frame
+        return None
+
     def _drain_buffers_locked(self) -> None:
+        self._unstage_locked()
         for buffered in self._buffers.values():
             self._queue.extend(buffered)
         self._buffers.clear()
@@ -243,6 +279,7 @@ class GroupCommit:
         with self._cond:
             if self._failed is None:
                 self._failed = cause
+            self._unstage_locked(final=True)
             items = [*batch, *self._queue]
             self._queue.clear()
             self._failed_lost += self._buffered + sum(it.saves for it in items if it.buffered)
@@ -277,11 +314,11 @@ class GroupCommit:
             return False
         return True
 
-    def _encode(self, item: _Item, frame: Any) -> None:
+    def _encode(self, item: _Item, frame: Any, fast: bool = False) -> None:
         """Encode and compress ``frame`` into ``item``; the encoded and stored sizes are bounded
         by ``frame_bytes_max`` so every acknowledged frame also reads back within it."""
         raw = self._serializer.encode(frame)
-        item.payload, item.flags = self._compressor.compress(raw)
+        item.payload, item.flags = self._compressor.compress(raw, fast)
         stored = len(item.payload) + HEADER_BYTES
         if max(stored, len(raw) + HEADER_BYTES) > self.frame_bytes_max:
             raise FrameTooLarge(
@@ -401,7 +438,7 @@ class GroupCommit:
                 frame = deferred.build(txn, it.stream, sid, seq)
                 if frame is None:
                     continue  # nothing to append (e.g. deleting an unknown invocation)
-                self._encode(it, frame)  # raising aborts; the batch is then isolated
+                self._encode(it, frame, deferred.fast_compress)  # raising aborts the batch
             if fresh:
                 w.register(it.stream, sid)
             gseq, checksum, size = w.add(sid, seq, tail[1], it)
@@ -590,6 +627,7 @@ class DeferredFrame:
     """Base class for :class:`Deferred` frames (the writer recognizes them by type)."""
 
     __slots__ = ()
+    fast_compress = False  # compressed at zstd's fastest level (eventlog.codec.FAST_LEVEL)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
         raise NotImplementedError

@@ -3,8 +3,8 @@
 Tables (all keys big-endian so byte order is numeric order):
 - ``log``: global seq (u64) -> envelope. Appended only; commit order.
 - ``streams``: stream id (u64) + stream seq (u64) -> global seq (u64).
-- ``stream_ids``: stream key (UTF-8) -> stream id (u64);  ``stream_names``: the inverse.
-- ``meta``: ``format`` -> JSON settings (format version, checksum, compression), checked on open.
+- ``stream_ids``: stream key (UTF-8) -> stream id (u64);  ``stream_names``: the inverse;
+  ``meta``: ``format`` -> JSON settings (format version, checksum, compression), checked on open.
 
 Invariants:
 - Call order is commit order: ``append`` enqueues synchronously, before returning or awaiting,
@@ -14,7 +14,8 @@ Invariants:
   checksum of the frame before it; the writer reads the stream's tail inside the write
   transaction, so several processes may append to one log.
 - Buffered appends of a stream are always the tail of that stream's queue: a durable append to a
-  stream first moves its buffered frames into the commit queue, so the order stays the call order.
+  stream first moves its buffered frames into the commit queue, so the order stays the call order
+  (staged values, ``GroupCommit.stager``, join the buffers first, whenever the buffers are read).
 - A frame that cannot be encoded, is too large, or whose ``expect_seq`` does not match fails
   alone: nothing of it is written and the other frames of its commit are unaffected.
 - A durable append returns only after its commit is on disk (per the backend's durability).
@@ -316,6 +317,7 @@ class EventLog(GroupCommit):
         with self._cond:
             self._check_open()
             self._ensure_writer()
+            self._unstage_locked()
             if durable:
                 for it in items:
                     buffered = self._buffers.pop(it.stream, None)
@@ -337,13 +339,12 @@ class EventLog(GroupCommit):
                     self._cond.notify()
 
     def buffer_into(self, stream: str, value: Any, make: Callable[[Any], DeferredFrame]) -> None:
-        """Buffer ``value`` for ``stream`` (like ``append(..., durable=False)``): into the
-        stream's last buffered frame when that frame takes it (``DeferredFrame.add``), else
-        as the new frame ``make(value)``. The per-call path of batch frames: no item, no
-        frame object and one lock round trip per value."""
+        """Buffer ``value`` for ``stream`` (``append(..., durable=False)``): into the last buffered
+        frame if it takes it (``DeferredFrame.add``), else as frame ``make(value)``."""
         with self._mutex:  # the condition's lock, without Condition.__enter__'s Python frame
             if self._failed is not None or self._closed:
                 self._check_open()
+            self._unstage_locked()
             buf = self._buffers.get(stream)
             if buf:
                 last = buf[-1]
@@ -500,19 +501,20 @@ class EventLog(GroupCommit):
     def discard_buffered(self, stream: str) -> int:
         """Drop the buffered (not yet queued) frames of ``stream``; returns how many."""
         with self._cond:
+            self._unstage_locked()
             dropped = sum(it.saves for it in self._buffers.pop(stream, []))
             self._buffered -= dropped
             return dropped
 
     def buffered_count(self, stream: str | None = None) -> int:
         with self._cond:
+            self._unstage_locked()
             if stream is None:
                 return self._buffered
             return sum(it.saves for it in self._buffers.get(stream, ()))
 
     def _barrier(self, *, lead: bool = False) -> Future[Appended]:
         """Queue every buffered frame plus a marker; the future resolves once all are committed.
-
         With ``lead`` the caller commits them itself (:meth:`_lead`) unless a commit is running.
         """
         marker = _Item("", None)
@@ -596,9 +598,8 @@ class EventLog(GroupCommit):
         return name
 
     def decode_envelope(self, data: bytes, *, checksum: bool = True) -> tuple[Any, Any]:
-        """``(envelope, frame)`` of stored bytes, checksum verified (unless ``checksum=False``:
-        a read path whose frames ``verify`` checks; length, version, flags and the payload's
-        decoding are checked still)."""
+        """``(envelope, frame)`` of stored bytes, checksum verified unless ``checksum=False``
+        (a read path that ``verify`` covers: length, version, flags and decoding still are)."""
         env = open_envelope(data, chain_key=self._chain_key, checksum=checksum)
         raw = self._compressor.decompress(env.payload, env.flags, max_bytes=self.frame_bytes_max)
         return env, self._serializer.decode(raw)
@@ -745,6 +746,7 @@ class EventLog(GroupCommit):
         with self._cond:
             if self._closed:
                 return
+            self._unstage_locked()  # (and starts the writer, which the flush below needs)
         error: BaseException | None = None
         try:
             if self._failed is not None:
@@ -756,6 +758,7 @@ class EventLog(GroupCommit):
         with self._cond:
             self._closed = True
             self._stopping = True
+            self._unstage_locked(final=True)
             lost = {s: sum(it.saves for it in items) for s, items in self._buffers.items() if items}
             self._buffers.clear()
             self._buffered = 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import struct
 from collections.abc import Iterable, Iterator
 from typing import Any, Final, NamedTuple
@@ -408,7 +409,7 @@ def read_page(
             stop = U32.unpack_from(pairs[-1][0], 12)[0] + 1
         elif len(pairs) >= rows_max:
             stop = U32.unpack_from(pairs[-1][0], 12)[0] + 1
-    indices = [x[0] for x in map(U32.unpack_from, map(_first, pairs), itertools.repeat(12))]
+    indices = list(map(_third, _ROW_KEY.iter_unpack(b"".join(map(_first, pairs)))))
     values = list(map(_second, pairs))
     laid = {i: v for i, v in overlay.items() if start <= i < stop}
     if laid:
@@ -451,12 +452,9 @@ class _RowChange(msgspec.Struct, frozen=True, gc=False):
     progress: bytes
 
 
-def _first(pair: tuple[bytes, bytes]) -> bytes:
-    return pair[0]
-
-
-def _second(pair: tuple[bytes, bytes]) -> bytes:
-    return pair[1]
+_first: Final = operator.itemgetter(0)  # of a (key, value) row: at C speed
+_second: Final = operator.itemgetter(1)
+_third: Final = operator.itemgetter(2)
 
 
 def _array_header(n: int) -> bytes:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from bench_smoke import REPO, run_module
 
+import benchmarks.instances as inst
 from benchmarks.__main__ import main
 from benchmarks.harness import Progress
 from benchmarks.instances import result_of, run_cell
@@ -554,3 +555,23 @@ def test_a_full_report_keeps_the_sections_other_scripts_wrote_in_place() -> None
     assert "new intro" in got
     assert with_kept_sections(got, page) == got
     assert with_kept_sections("", page).count("## ") == 2
+
+
+def test_an_instances_run_marks_every_million_even_when_no_batch_ends_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A million is not a multiple of the batch (256): each mark is the first batch end past
+    it (the marks were once taken only where both divide, every 4,000,000 rows)."""
+
+    class Sink:
+        def save(self, index: int, result: Any) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(inst, "MILLION", 1000)
+    marks: list[float] = []
+    done, _ = inst._rows_sync(Sink(), 3000, 256, 60.0, marks)  # type: ignore[arg-type]
+    assert done == 3000
+    assert len(marks) == 3  # the start, past 1,000 (at 1,024) and past 2,000 (at 2,048)
