@@ -19,9 +19,8 @@ Invariants:
 - A frame that cannot be encoded, is too large, or whose ``expect_seq`` does not match fails
   alone: nothing of it is written and the other frames of its commit are unaffected.
 - A durable append returns only after its commit is on disk (per the backend's durability).
-- A commit the storage refuses (``OSError``) drops no buffered frame: they return to their
-  buffers in order (``_keep_buffered``, eventlog.commit) and the flushes covering them raise
-  ``FlushFailed``.
+- A commit the storage refuses (``OSError``) drops no buffered frame: back to their buffers in
+  order (``_keep_buffered``, eventlog.commit); the flushes covering them raise ``FlushFailed``.
 - No caller's cancellation stops the writer (futures are resolved only if not done); a
   committer that dies of a bug fails every waiting and later call with ``WriterFailed``.
 """
