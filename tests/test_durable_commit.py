@@ -2,8 +2,8 @@
 
 A durable save appends a redo record to ``wal.ckptlog`` and fdatasyncs it, then commits LMDB
 without sync (``backends/lmdb_wal.py``): exactly one ``fdatasync``/``fsync`` per save that is
-not a checkpoint (one in 16 at most: two flushes) and no write through an ``O_DSYNC``
-descriptor. Recovery is proven on the power-loss simulator
+not a checkpoint (one in 64 at most, or after 2 MiB of new pages: two flushes) and no write
+through an ``O_DSYNC`` descriptor. Recovery is proven on the power-loss simulator
 (``tests/test_power_loss.py``); here: a log whose process was killed re-applies its records
 at the next open, a torn record ends the replay, and a log of the previous format (no
 segment) opens and gets one.
