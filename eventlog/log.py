@@ -367,6 +367,7 @@ class EventLog(GroupCommit):
         durable: bool = True,
         expect_seq: int | None = None,
         effect: Effect | None = None,
+        linger: float = 0.0,
     ) -> Appended | None:
         """Append ``frame`` to ``stream``.
 
@@ -375,6 +376,7 @@ class EventLog(GroupCommit):
         the next durable append to the same stream, ``flush_interval`` or :meth:`close`, and is
         lost if the process dies first. ``expect_seq`` makes the append conditional on the seq
         it will get (optimistic concurrency): otherwise it fails with :class:`SequenceConflict`.
+        ``linger``: seconds to wait for another thread's commit to take it (one flush for both).
         """
         item = self._make_item(stream, frame, expect_seq, effect)
         if not durable:
@@ -382,6 +384,8 @@ class EventLog(GroupCommit):
             return None
         waiter = item.future = _Waiter()
         self._enqueue((item,), durable=True, lead=True)
+        if linger > 0.0 and waiter.wait(linger):
+            return waiter.result()  # type: ignore[no-any-return]
         self._lead()
         result: Appended = waiter.result()
         return result
