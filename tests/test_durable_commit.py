@@ -183,3 +183,19 @@ def test_several_writer_processes_share_the_segment(tmp_path: Path) -> None:
         assert log.verify().ok
         for w in range(3):
             assert len(list(log.history(f"inv-{w}"))) == 150
+
+
+def test_used_bytes_counts_pages_in_use_not_the_free_ones_the_pin_keeps(tmp_path: Path) -> None:
+    with CheckpointLog.open(tmp_path / "log") as log:
+        pad = "x" * 4096
+        for i in range(60):  # one invocation rewritten: the file grows by pages freed since
+            log.save("inv", CheckpointRecord(
+                "inv", "c", {"i": i, "pad": pad}, (NodePosition((), "n", i),), (), 1.0 + i
+            ))  # fmt: skip
+        backend = log.log.backend
+        used, size = backend.used_bytes(), backend.size_bytes()
+        assert 0 < used < size // 2, (used, size)
+        with backend.read() as txn:
+            frames = txn.count("log")
+        assert frames == 60
+        assert used >= 60 * 90  # every frame is in a page in use
