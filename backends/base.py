@@ -184,6 +184,12 @@ class Backend(abc.ABC):
     def size_bytes(self) -> int:
         """Bytes the store occupies on its medium (0 for memory)."""
 
+    def used_bytes(self) -> int:
+        """Bytes of the store's pages in use (its content), when it can tell; otherwise
+        :meth:`size_bytes`. LMDB: the file also holds free pages, up to 2 MiB of them kept
+        from reuse until the next checkpoint of its write-ahead segment."""
+        return self.size_bytes()
+
     @property
     def location(self) -> str:
         return "<memory>"

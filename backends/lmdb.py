@@ -1267,6 +1267,17 @@ class LmdbBackend(Backend):
         except FileNotFoundError:
             return 0
 
+    def used_bytes(self) -> int:
+        """Pages of every table and of the table directory (LMDB's stats), two meta pages."""
+        env = self._handle()
+        try:
+            with env.active(), env.env.begin(write=False) as txn:
+                stats = [env.env.stat()] + [txn.stat(db) for db in env.dbs.values() if db]
+        except lmdb.Error as e:
+            raise _translate(e, f"reading the page counts of {self._path!r}", self._path) from e
+        pages = sum(int(s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]) for s in stats)
+        return (pages + 2) * int(stats[0]["psize"])
+
     def add_tables(self, tables: Iterable[str], *, create: bool) -> tuple[str, ...]:
         names = tuple(dict.fromkeys(tables))
         env = self._handle()

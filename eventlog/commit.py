@@ -109,6 +109,13 @@ class _Waiter:
         self.value = value
         self._lock.release()
 
+    def wait(self, timeout: float) -> bool:
+        """``True`` once the value is set, ``False`` after ``timeout`` seconds without it."""
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._lock.release()
+        return True
+
     def result(self) -> Any:
         self._lock.acquire()
         if isinstance(self.value, BaseException):

@@ -367,22 +367,22 @@ class EventLog(GroupCommit):
         durable: bool = True,
         expect_seq: int | None = None,
         effect: Effect | None = None,
+        linger: float = 0.0,
     ) -> Appended | None:
-        """Append ``frame`` to ``stream``.
-
-        Durable (default): returns once the commit holding it is on disk. Buffered
-        (``durable=False``): returns at once; the frame is committed by the next :meth:`flush`,
-        the next durable append to the same stream, ``flush_interval`` or :meth:`close`, and is
-        lost if the process dies first. ``expect_seq`` makes the append conditional on the seq
-        it will get (optimistic concurrency): otherwise it fails with :class:`SequenceConflict`.
-        """
+        """Append ``frame`` to ``stream``. Durable (default): returns once the commit holding it
+        is on disk. Buffered (``durable=False``): returns at once; committed by the next
+        :meth:`flush`, durable append to the stream, ``flush_interval`` or :meth:`close`; lost if
+        the process dies first. ``expect_seq``: conditional on the seq it gets (optimistic
+        concurrency), else :class:`SequenceConflict`. ``linger``: seconds to wait for another
+        thread's commit to take it (one flush for both)."""
         item = self._make_item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
             return None
         waiter = item.future = _Waiter()
         self._enqueue((item,), durable=True, lead=True)
-        self._lead()
+        if not (linger > 0.0 and waiter.wait(linger)):
+            self._lead()
         result: Appended = waiter.result()
         return result
 

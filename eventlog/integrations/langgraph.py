@@ -106,6 +106,8 @@ from eventlog.reports import Stats, VerifyReport
 from projections.langgraph import compaction_plan
 
 PRUNE_STRATEGIES: Final = ("keep_latest", "delete")
+LINGER_S: Final = 0.002  # put_writes waits this long for the step's put (fsync logs only)
+LINGER_BACKOFF: Final = 64  # put_writes calls without lingering after two lingers nobody joined
 
 LOG_FRAME_TYPE: Any = Frame  # includes the LangGraph kinds
 
@@ -136,6 +138,11 @@ class CkptlogSaver(SaverReads):
         self.identity_appends = identity_appends
         self._memos = Memos()
         self._patches = Patches(log.frame_bytes_max)
+        # put_writes lingers for the step's put to share its commit (LINGER_S); see put_writes
+        self._linger = LINGER_S if log.backend.durability == "fsync" else 0.0
+        self._puts = 0  # puts begun (a put_writes that lingered checks whether one came)
+        self._linger_misses = 0
+        self._linger_skip = 0
 
     @classmethod
     def open(
@@ -262,6 +269,7 @@ class CkptlogSaver(SaverReads):
     ) -> RunnableConfig:
         """Store a checkpoint and the blobs of ``new_versions``; durable on return."""
         stream, op, out = self._plan_put(config, checkpoint, metadata, new_versions)
+        self._puts += 1
         self._remember(stream, op, self.log.append(stream, op))
         return out
 
@@ -316,11 +324,32 @@ class CkptlogSaver(SaverReads):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store a task's writes (one frame); concurrent calls share commits."""
+        """Store a task's writes (one frame); concurrent calls share commits; durable on
+        return.
+
+        LangGraph calls it from its executor as a task ends and, at the end of the step,
+        ``put`` from another thread: on an ``"fsync"`` log it waits up to ``LINGER_S`` for
+        that put to take its frame into the same commit (one device flush a step, not two).
+        Two lingers in a row that no put joined (a put that waits for these writes first,
+        as for LangGraph's delta channels, or a step whose other tasks run on) stop it for
+        the next ``LINGER_BACKOFF`` calls.
+        """
         if not writes:
             return
         stream, op = self._plan_writes(config, writes, task_id, task_path)
-        self.log.append(stream, op)
+        linger = self._linger
+        if linger and self._linger_skip:
+            self._linger_skip -= 1
+            linger = 0.0
+        puts = self._puts
+        self.log.append(stream, op, linger=linger)
+        if linger:
+            if self._puts != puts:
+                self._linger_misses = 0
+            else:
+                self._linger_misses += 1
+                if self._linger_misses >= 2:
+                    self._linger_misses, self._linger_skip = 0, LINGER_BACKOFF
 
     async def aput_writes(
         self,

@@ -212,7 +212,8 @@ def _warn_if_huge(ctx: Ctx, cl: CheckpointLog, streams: list[str]) -> None:
             size = len(to_json(fx.record_content(record)))
             estimate += cl.log.last_seq(stream) * size
     check = fx.data_file_check(ctx.args.path)
-    log_bytes = max(check.file_bytes if check is not None else 0, 1)
+    file_bytes = check.file_bytes if check is not None else 0
+    log_bytes = max(min(file_bytes, cl.log.backend.used_bytes()) if file_bytes else 0, 1)
     if estimate > EXPORT_WARN_FACTOR * log_bytes:
         ctx.warn(
             f"--format jsonl writes the whole record after every save: about {estimate:,} "
