@@ -230,3 +230,17 @@ def process_write_bytes() -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def replace_doc_section(doc: Path, title: str, text: str) -> None:
+    """Put ``text`` in place of the ``## `` section of ``doc`` starting at ``title`` (or at the
+    page's end when it has none): how a benchmark script writes its own section."""
+    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    if title in old:
+        head, _, rest = old.partition(title)
+        nxt = rest.find("\n## ")
+        tail = rest[nxt + 1 :] if nxt >= 0 else ""
+        new = head + text + ("\n" + tail if tail else "")
+    else:
+        new = old.rstrip() + "\n\n" + text
+    doc.write_text(new, encoding="utf-8")

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import replace_doc_section
+
 RESULTS = Path(__file__).resolve().parent / "results" / "durable_commit.json"
 AB_RESULTS = RESULTS.parent / "group_commit_ab.json"  # benchmarks/group_commit_ab.py
 AB_PROCESS_RESULTS = RESULTS.parent / "group_commit_ab_process.json"  # its --durability process
@@ -161,12 +163,4 @@ def stored_section(path: Path = RESULTS) -> str | None:
 
 def replace_section(doc: Path, text: str) -> None:
     """Put ``text`` in place of the section in ``doc`` (or at its end)."""
-    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
-    if SECTION_TITLE in old:
-        head, _, rest = old.partition(SECTION_TITLE)
-        nxt = rest.find("\n## ")
-        tail = rest[nxt + 1 :] if nxt >= 0 else ""
-        new = head + text + ("\n" + tail if tail else "")
-    else:
-        new = old.rstrip() + "\n\n" + text
-    doc.write_text(new, encoding="utf-8")
+    replace_doc_section(doc, SECTION_TITLE, text)
