@@ -14,6 +14,7 @@ so memory stays within a few chunks whatever the length. msgspec encodes it thro
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, overload
 
@@ -25,7 +26,7 @@ KEEP_CHUNKS: Final = 4  # chunks kept for indexing (least recently read dropped 
 class LazyInstances(Sequence[FanOutInstanceProgress]):
     """The instances of one fan-out, decoded a chunk at a time on access (module docstring)."""
 
-    __slots__ = ("_cache", "_chunk", "_n", "_read")
+    __slots__ = ("_cache", "_chunk", "_kept", "_lock", "_n", "_read")
 
     def __init__(
         self, n: int, chunk: int, read: Callable[[int, int], list[FanOutInstanceProgress]]
@@ -36,6 +37,8 @@ class LazyInstances(Sequence[FanOutInstanceProgress]):
         self._chunk = chunk
         self._read = read
         self._cache: dict[int, list[FanOutInstanceProgress]] = {}
+        self._lock = threading.Lock()  # the cache's order, for threads sharing the record
+        self._kept: tuple[FanOutInstanceProgress, ...] | None = None
 
     def __len__(self) -> int:
         return self._n
@@ -49,12 +52,16 @@ class LazyInstances(Sequence[FanOutInstanceProgress]):
 
     def _chunk_at(self, c: int) -> list[FanOutInstanceProgress]:
         cache = self._cache
-        hit = cache.pop(c, None)
-        if hit is None:
-            hit = self._fetch(c)
+        with self._lock:
+            hit = cache.pop(c, None)
+            if hit is not None:
+                cache[c] = hit  # most recently used last
+                return hit
+        hit = self._fetch(c)  # outside the lock: a read may take a while
+        with self._lock:
             while len(cache) >= KEEP_CHUNKS:
                 del cache[next(iter(cache))]
-        cache[c] = hit  # most recently used last
+            cache[c] = hit
         return hit
 
     @overload
@@ -96,12 +103,22 @@ class LazyInstances(Sequence[FanOutInstanceProgress]):
             yield from (got if lo == 0 and hi == len(got) else got[lo:hi])
 
     def __iter__(self) -> Iterator[FanOutInstanceProgress]:
-        if self._n:
+        if self._kept is not None:
+            yield from self._kept
+        elif self._n:
             yield from self._run(0, self._n)
 
-    def materialize(self) -> tuple[FanOutInstanceProgress, ...]:
-        """The tuple this stands for (every instance decoded)."""
-        return tuple(self)
+    def materialize(self, keep: bool = False) -> tuple[FanOutInstanceProgress, ...]:
+        """The tuple this stands for (every instance decoded). ``keep``: hold on to it and
+        return the same tuple from now on (what a save of the loaded record does, so saving
+        it again finds the tuple it checked before)."""
+        kept = self._kept
+        if kept is not None:
+            return kept
+        out = tuple(self)
+        if keep:
+            self._kept = out
+        return out
 
     # -- the tuple's protocol -------------------------------------------------------------------
 

@@ -95,7 +95,7 @@ def materialized(record: Any) -> Any:
     ):
         return record
     out = tuple(
-        msgspec.structs.replace(fp, instances=fp.instances.materialize())
+        msgspec.structs.replace(fp, instances=fp.instances.materialize(keep=True))
         if isinstance(getattr(fp, "instances", None), LazyInstances)
         else fp
         for fp in fans

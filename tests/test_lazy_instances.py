@@ -274,12 +274,18 @@ def test_resume_after_load(tmp_path: Path, via: str) -> None:
     fan = record.fan_out_progress[0]
     assert isinstance(fan.instances, LazyInstances)
     todo = [i for i, x in enumerate(fan.instances) if x.state != "completed"]
+    record_at_load = cl.record_at("job", cl.log.last_seq("job"))
+    assert record_at_load is not None
+    record_at_load = record_at_load.fan_out_progress[0].instances
     assert todo == cl.pending_instances("job", "fan")
     for i in todo:  # the head moves on under the sequence being read
         assert fan.instances[i].state == "not_started"
         cl.save_instance("job", "fan", i, FanOutInstanceProgress("completed", -i))
     cl.flush()
     getattr(cl, via)("job", msgspec.structs.replace(record, state={"s": 2}))
+    kept = fan.instances.materialize()  # the save kept the tuple it checked: saving again
+    assert kept is fan.instances.materialize()  # passes the same object to the checks
+    assert kept == record_at_load
     cl.flush()
     done = cl.load("job")
     assert done is not None
