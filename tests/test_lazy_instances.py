@@ -294,3 +294,36 @@ def test_resume_after_load(tmp_path: Path, via: str) -> None:
     assert done.fan_out_progress[0].instances == record.fan_out_progress[0].instances
     assert cl.verify().ok
     cl.close()
+
+
+def test_export_content_of_a_lazy_record_equals_the_eager_one(tmp_path: Path) -> None:
+    from eventlog.forensics.export import record_content  # noqa: PLC0415
+
+    cl = _built(tmp_path)
+    lazy = cl.load("job")
+    cl.lazy_instances_over = N
+    eager = cl.load("job")
+    assert lazy is not None
+    assert eager is not None
+    assert msgspec.json.encode(record_content(lazy)) == msgspec.json.encode(record_content(eager))
+    cl.close()
+
+
+def test_openarmature_load_of_a_big_head(tmp_path: Path) -> None:
+    import asyncio  # noqa: PLC0415
+
+    from eventlog.integrations.openarmature import OpenArmatureCheckpointer  # noqa: PLC0415
+
+    _built(tmp_path).close()
+    oa = OpenArmatureCheckpointer.open(tmp_path, durability="process", typed_states=False)
+    oa.sync.lazy_instances_over, oa.sync.lazy_chunk_rows = OVER, CHUNK
+    loaded = asyncio.run(oa.load("job"))
+    assert loaded is not None
+    (fan,) = loaded.fan_out_progress
+    assert type(fan.instances) is tuple
+    assert [x.state for x in fan.instances] == [x.state for x in _expected()]
+    asyncio.run(oa.save_fan_out_internal("job", loaded))  # the engine re-saves what it loaded
+    again = oa.sync.load("job")
+    assert again is not None
+    assert again.fan_out_progress[0].instances == _expected()
+    oa.close()
