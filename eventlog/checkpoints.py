@@ -86,10 +86,12 @@ from eventlog.frames import (
     Tombstone,
 )
 from eventlog.layout import U64
+from eventlog.lazy_load import lazy_record, materialized
 from eventlog.log import EventLog, stream_key_bytes
 from eventlog.materialized import (
     BY_CORRELATION,
     HEADS,
+    LOAD_CHUNK_ROWS,
     TABLES,
     HeadRow,
     corr_prefix,
@@ -176,6 +178,8 @@ class CheckpointLog(HeadCache):
         self.page_rows_max = PAGE_ROWS_MAX
         self.page_bytes_max = min(PAGE_BYTES_MAX, log.frame_bytes_max // 4)
         self.head_rows_cached_max = HEAD_ROWS_CACHED_MAX
+        # load: a fan-out with more instances comes back lazily (chunks of these many rows)
+        self.lazy_instances_over, self.lazy_chunk_rows = SNAPSHOT_INSTANCES_MAX, LOAD_CHUNK_ROWS
         # Buffered save_instance calls, staged: one append under _pending_lock each (with the
         # count toward flush_every); the log takes them into its buffers as batch frames,
         # in call order, before it reads its buffers (GroupCommit.stager). Off under a
@@ -219,6 +223,7 @@ class CheckpointLog(HeadCache):
         stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
         if record is None or isinstance(record, (dict, list, tuple, str, bytes)):
             fail("record", "a CheckpointRecord (or an object with its attributes)", record)
+        record = materialized(record)  # a loaded record's lazy instances, as tuples
         rec_id = getattr(record, "invocation_id", None)
         if rec_id != invocation_id:
             raise InvalidRecord(
@@ -564,12 +569,14 @@ class CheckpointLog(HeadCache):
                 return None
             if rows_max is not None and load_rows(row) > rows_max:
                 return TOO_BIG
-            loaded = read_head(txn, sid, row)
+            loaded = read_head(txn, sid, row, self.lazy_instances_over)
         assert loaded is not None
         head = loaded[0]
         if rows_max is not None and len(head.state) + len(head.parent_states) > rows_max * 1024:
             return TOO_BIG  # decoding would hold the event loop: the caller hops to a thread
-        return to_record(head)
+        big = any(hd.instance_count > self.lazy_instances_over for hd in row.layout)
+        rec = to_record(head)
+        return lazy_record(self, rec, sid, row.seq, row.layout) if big else rec
 
     def pending_instances(
         self,

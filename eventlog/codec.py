@@ -39,6 +39,7 @@ import msgspec
 import zstandard
 
 from eventlog.errors import CorruptFrame, EncodingError, UnsupportedFormat
+from eventlog.lazy import LazyInstances
 
 FORMAT_VERSION: Final = 1
 HEADER: Final = struct.Struct(">BBHQQ16s")  # version, flags, dict id, stream id, seq, prev
@@ -247,6 +248,8 @@ def enc_hook(obj: Any) -> Any:
         return dump(mode="json")
     if isinstance(obj, (set, frozenset)):
         return sorted(obj, key=repr)
+    if isinstance(obj, LazyInstances):  # a loaded record's big fan-out: as the tuple
+        return obj.materialize()
     raise NotImplementedError(f"objects of type {type(obj).__name__} are not supported")
 
 

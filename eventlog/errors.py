@@ -239,3 +239,8 @@ class MissingExtra(CheckpointError, ImportError):
     def __init__(self, message: str, *, extra: str = "") -> None:
         super().__init__(message)
         self.extra = extra
+
+
+class InstancesUnavailable(CheckpointError):
+    """A lazily loaded fan-out's instances cannot be read as of the seq its record was loaded
+    at: the log no longer holds that record (its frames were pruned, or its invocation is gone)."""

@@ -134,16 +134,27 @@ def read_row(txn: ReadTxn, sid: int) -> HeadRow | None:
     return None if raw is None else _dec_row.decode(raw)
 
 
-def read_head(txn: ReadTxn, sid: int, row: HeadRow | None = None) -> tuple[Head, HeadRow] | None:
+def read_head(
+    txn: ReadTxn, sid: int, row: HeadRow | None = None, lazy_over: int | None = None
+) -> tuple[Head, HeadRow] | None:
     """The head of a stream from its rows: O(positions + started instances). ``row``: the
-    stream's head row, when the caller read it already in this transaction."""
+    stream's head row, when the caller read it already in this transaction. ``lazy_over``: a
+    fan-out with more instances is left empty (its rows unread; the caller reads them lazily)."""
     if row is None:
         row = read_row(txn, sid)
     if row is None:
         return None
     k = U64.pack(sid)
     positions = [_dec_pos.decode(v) for _, v in txn.scan_prefix(POSITIONS, k)]
-    slots = [Slot(hd, read_instances(txn, sid, hd)) for hd in row.layout]
+    slots = [
+        Slot(
+            hd,
+            []
+            if lazy_over is not None and hd.instance_count > lazy_over
+            else read_instances(txn, sid, hd),
+        )
+        for hd in row.layout
+    ]
     head = Head(
         invocation_id=row.invocation_id,
         correlation_id=row.correlation_id,
@@ -186,6 +197,26 @@ def read_instances(txn: ReadTxn, sid: int, hd: FanOutHeader) -> list[FanOutInsta
         if n < LOAD_CHUNK_ROWS:
             return instances
         start = chunk[-1][0] + b"\x00"
+
+
+def read_instance_range(
+    txn: ReadTxn, sid: int, hd: FanOutHeader, first: int, stop: int
+) -> list[FanOutInstanceProgress]:
+    """Instances ``first..stop-1`` of fan-out ``hd`` from its rows (absent: not started), the
+    rows read at once and decoded by one call: what a lazily loaded record reads per chunk."""
+    instances: list[FanOutInstanceProgress] = [NOT_STARTED] * (stop - first)
+    prefix = U64.pack(sid) + U32.pack(hd.fid)
+    chunk = txn.rows(FANOUT, prefix + U32.pack(first), prefix + U32.pack(stop), stop - first)
+    if not chunk:
+        return instances
+    decoded = _dec_insts.decode(_array_header(len(chunk)) + b"".join(map(_second, chunk)))
+    lo = U32.unpack_from(chunk[0][0], 12)[0]
+    if U32.unpack_from(chunk[-1][0], 12)[0] - lo + 1 == len(chunk):  # dense: one slice
+        instances[lo - first : lo - first + len(chunk)] = decoded
+    else:
+        for (key, _), x in zip(chunk, decoded, strict=True):
+            instances[U32.unpack_from(key, 12)[0] - first] = x
+    return instances
 
 
 def head_rows(txn: ReadTxn) -> Iterator[tuple[int, bytes]]:

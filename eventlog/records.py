@@ -4,7 +4,9 @@ Attribute names, defaults and tuple-typed sequences match openarmature exactly, 
 (which reads records by attribute) accepts ours, and ``from_any`` accepts theirs.
 
 Invariants:
-- Records are frozen; sequences are tuples (decoded as tuples, never lists).
+- Records are frozen; sequences are tuples (decoded as tuples, never lists), except that
+  ``load`` gives a fan-out of more than 65,536 instances as ``eventlog.lazy.LazyInstances``,
+  which behaves as that tuple (decoded on access).
 - ``state`` and ``parent_states`` hold plain data (dict/list/str/int/float/bool/None) once
   loaded: they are stored structurally (Pydantic models via ``model_dump(mode="json")``,
   dataclasses and Structs as maps), never pickled.

@@ -21,6 +21,7 @@ from eventlog.frames import (
     Compacted,
     ForkOrigin,
 )
+from eventlog.lazy_load import materialized
 from eventlog.records import (
     CheckpointRecord,
 )
@@ -136,8 +137,9 @@ _JSON_FIELDS: Final[dict[str, Any]] = {
 
 
 def record_content(record: CheckpointRecord) -> Any:
-    """A record as a JSON-ready Struct whose nested records encode as objects (C speed)."""
-    return msgspec.convert(record, _JRecord, from_attributes=True)
+    """A record as a JSON-ready Struct whose nested records encode as objects (C speed); a
+    loaded record's lazy instances are read whole first."""
+    return msgspec.convert(materialized(record), _JRecord, from_attributes=True)
 
 
 def frame_content(frame: Any) -> dict[str, Any]:

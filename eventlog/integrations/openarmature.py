@@ -32,6 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import threading
@@ -50,6 +51,7 @@ from pydantic import BaseModel, ValidationError
 from backends.base import Backend, Durability
 from eventlog.checkpoints import Checkpointer, CheckpointLog
 from eventlog.errors import CheckpointError
+from eventlog.lazy import LazyInstances
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -402,6 +404,10 @@ class OpenArmatureCheckpointer:
 
     async def load(self, invocation_id: str) -> OaRecord | None:
         record = await self.sync.load_async(invocation_id)
+        if record is not None and any(
+            isinstance(f.instances, LazyInstances) for f in record.fan_out_progress
+        ):  # converting decodes every instance: not on the event loop's thread
+            return await asyncio.to_thread(self.convert, record)
         return None if record is None else self.convert(record)
 
     async def list(self, filter: Any = None) -> Iterable[OaSummary]:
