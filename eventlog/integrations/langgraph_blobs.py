@@ -36,6 +36,7 @@ from eventlog.integrations.langgraph_rows import (
     Serde,
     blob_seq,
     read_frame,
+    read_keyframe,
 )
 from eventlog.layout import U16, U32
 from eventlog.log import EventLog
@@ -193,13 +194,19 @@ class BlobReader:
         sid: int,
         loads: Loads,
         patches: Patches | None = None,
+        *,
+        keyframes: bool = True,
     ) -> None:
+        """``keyframes=False``: chains as the frames store them (a patch's keyframe blob from
+        its frame, never from its raw ``f`` row, whose blob carries the patch's version)."""
+        self.keyframes = keyframes
         self.log = log
         self.txn = txn
         self.sid = sid
         self.loads = loads
         self.patches = patches if patches is not None else Patches(log.frame_bytes_max)
         self._frames: dict[int, Any] = {}
+        self._keyframes: dict[tuple[int, str], tuple[str, bytes]] = {}
 
     def frame(self, seq: int) -> Any:
         frame = self._frames.get(seq)
@@ -207,6 +214,19 @@ class BlobReader:
             frame = read_frame(self.log, self.txn, self.sid, seq, checksum=False)
             self._frames[seq] = frame
         return frame
+
+    def keyframe(self, seq: int, channel: str) -> tuple[str, bytes] | None:
+        """The raw bytes of the keyframe of ``channel`` at ``seq`` from its ``f`` row (read once
+        per transaction), ``None`` when it has none or the reader reads chains as stored."""
+        if not self.keyframes:
+            return None
+        key = (seq, channel)
+        hit = self._keyframes.get(key)
+        if hit is None:
+            hit = read_keyframe(self.txn, self.sid, seq, channel)
+            if hit is not None:
+                self._keyframes[key] = hit
+        return hit
 
     def blob(self, seq: int, channel: str) -> LgBlob:
         frame = self.frame(seq)
@@ -291,6 +311,8 @@ class BlobReader:
                 seq=seq,
             )
         hit = self.patches.known((self.sid, blob.base, blob.channel))
+        if hit is None and blob.kind == BLOB_PATCH:
+            hit = self.keyframe(blob.base, blob.channel)
         if hit is not None:  # its bytes are kept: no need to read its frame
             return LgBlob(blob.channel, blob.version, BLOB_FULL, *hit), blob.base
         return self.blob(blob.base, blob.channel), blob.base
