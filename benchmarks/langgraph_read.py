@@ -472,8 +472,8 @@ keyframe the saver did not keep reads that row instead of decompressing the keyf
 and applies the patch on the thread's one zstd decoder as a content dictionary chain instead
 of building a decoder with a 64 KiB dictionary. What it still pays over SQLite's one row: the
 row's 64 KiB copied twice (sliced out of the row, framed as raw zstd blocks) and the patch
-(about 10-15 µs); hence also its flatness (2.45x: at 100 steps every keyframe is kept). Missed: `list(limit=20)` of the 64 KiB state at 10,000 and 100,000 steps
-(0.84x, 0.88x), where every value is kept by the saver (counted: no patch applied), so what
+(about 10-15 µs); hence also its flatness (2.45x: at 100 steps every keyframe is kept).
+Missed: `list(limit=20)` of the 64 KiB state at 10,000 and 100,000 steps (0.84x, 0.88x), where every value is kept by the saver (counted: no patch applied), so what
 remains is Python per item and the cyclic GC over what it allocates (a full `list` item costs
 30-40% less with the GC off); and the full `list` per item of the small state at 1,000 and
 100,000 steps (0.74x, 0.66x; 1.09x and 1.00x at 100 and 10,000: both savers' per-item figures
