@@ -483,7 +483,7 @@ and the patch applied without copying it (or a copy/insert patch format applied 
 `list`, the read row decoded straight into the tuple's dicts and row structs the GC does not
 track (msgspec `gc=False` on `CkptRow`, `LgBlob`, `ReadRow`: 10-15% in one noisy A/B, not
 landed). On PostgreSQL (`--pg`, run after the LMDB run on the shared server, load 4.2-5.3) every
-cell is met (2.0-228x): a read by id is three statements (stream id, read row, writes), a `list`
+cell is met (1.10-228x): a read by id is three statements (stream id, read row, writes), a `list`
 chunk three, `get_tuple` latest one, while PostgresSaver's reads grow with the thread (its
 `get_tuple` latest of the small state took 14 ms at 10,000 steps). The async rows are ahead
 because the async SQLite and PostgreSQL savers pay their driver's own event loop hop.
