@@ -457,31 +457,36 @@ def markdown(lmdb: dict[str, Any] | None, pg: dict[str, Any] | None) -> str:
 
 
 LG_READ_NOTES = """\
-What the figures show (LMDB run at load 11-17 on 2 cores: the machine was saturated by other
-work, which the interleaving spreads over both savers but not out of the full `list` rows):
-every read is built on one read row per checkpoint (`lg_reads`: row, body, versions, each
-channel's blob seq and the blob itself up to 2 KiB) and, for `get_tuple` latest, the
-`lg_latest` rows; no read walks the thread. Met: `get_tuple` latest (1.14-1.21x, flat, both
-states; one statement on PostgreSQL), `get_tuple(checkpoint_id)` and `list(limit=20)` of the
-small state (1.02-1.38x, flat: one read row and one writes scan per checkpoint, no frame), and
-of the 64 KiB state up to 1,000 steps (1.5-1.8x: the thread's keyframes are kept by the saver).
-Missed: the 64 KiB state read by id or listed from 10,000 steps on (0.41-0.99x by id, 0.85-0.87x
-`list(limit=20)`): its keyframes (one per 65 versions, 64 KiB each) outgrow the saver's 32 MiB,
-so a random checkpoint's read decompresses its keyframe's frame and loads it as a zstd
-dictionary to apply its patch (about 100 µs more than SQLite's one-row read at 100,000 steps);
-and the full `list` per item of the small state at 1,000-100,000 steps (0.50-0.94x; ckptlog
-makes 36 Python calls per item, constant with the thread's length, and both savers' per-item
-figures moved 10-20x between lengths with the machine's load, so the flatness column measures
-the load). What would close them (not built): keyframes stored without zstd (a per-frame
-choice in the committer) and a patch format applied without loading a dictionary (copy/insert
-operations), so a cold 64 KiB read costs one 64 KiB copy; and fewer Python calls per `list`
-item (the read row decoded straight into the tuple's dicts). On PostgreSQL (the server shared with
-other helpers' runs: one ckptlog read by id took 16 ms at 1,000 steps and 0.6 ms at 10,000)
-every read but two cells is ahead of PostgresSaver: a read by id is three statements (stream
-id, read row, writes), a `list` chunk three; the misses (small state by id at 1,000 steps,
-0.95x; the full `list` at 100 steps, 0.38x) and the flatness column follow the server's load.
-The async rows are ahead because the async SQLite and PostgreSQL savers pay their driver's own
-event loop hop.
+What the figures show (LMDB run at load 5.1-7.0 on 2 cores shared with other work, which the
+interleaving spreads over both savers but not out of the full `list` rows): every read is built
+on one read row per checkpoint (`lg_reads`: row, body, versions, each channel's blob seq and the
+blob itself up to 2 KiB) and, for `get_tuple` latest, the `lg_latest` rows; no read walks the
+thread. Met: `get_tuple` latest (1.12-1.17x, flat, both states; one statement on PostgreSQL);
+`get_tuple(checkpoint_id)` and `list(limit=20)` of the small state (1.04-1.33x, flat: one read
+row and one writes scan per checkpoint, no frame); the 64 KiB state read by id to 10,000 steps
+(2.10x, 1.74x, 1.22x) and listed to 1,000 (1.20-1.29x); the full `list` of the 64 KiB state
+(1.79-5.17x). Read by id at 100,000 steps the 64 KiB state is at par (0.97x, 60 µs against 58;
+it was 0.41x, 139 µs, before the second #27 pass): a patched channel's keyframes after the first
+have a row of their raw bytes (`lg_latest` `f` row), so a read whose keyframe the saver did not
+keep reads that row instead of decompressing the keyframe's frame, and applies the patch on the
+thread's one zstd decoder as a content dictionary chain instead of building a decoder with a 64
+KiB dictionary. What it still pays over SQLite's one row: the row's 64 KiB copied twice (sliced
+out of the row, framed as raw zstd blocks) and the patch (about 10-15 µs); hence also its
+flatness (2.45x: at 100 steps every keyframe is kept). Missed: `list(limit=20)` of the 64 KiB
+state at 10,000 and 100,000 steps (0.84x, 0.88x), where every value is kept by the saver
+(counted: no patch applied), so what remains is Python per item and the cyclic GC over what it
+allocates (a full `list` item costs 30-40% less with the GC off); and the full `list` per item
+of the small state at 1,000 and 100,000 steps (0.74x, 0.66x; 1.09x and 1.00x at 100 and 10,000:
+both savers' per-item figures move 2-4x between lengths with the machine's load, so the flatness
+column measures the load). What would close them (not built): the f row stored already framed
+and the patch applied without copying it (or a copy/insert patch format applied by slicing); for
+`list`, the read row decoded straight into the tuple's dicts and row structs the GC does not
+track (msgspec `gc=False` on `CkptRow`, `LgBlob`, `ReadRow`: 10-15% in one noisy A/B, not
+landed). On PostgreSQL (`--pg`, run after the LMDB run on the shared server, load 4.2-5.3) every
+cell is met (1.10-228x): a read by id is three statements (stream id, read row, writes), a `list`
+chunk three, `get_tuple` latest one, while PostgresSaver's reads grow with the thread (its
+`get_tuple` latest of the small state took 14 ms at 10,000 steps). The async rows are ahead
+because the async SQLite and PostgreSQL savers pay their driver's own event loop hop.
 `docs/design.md` ("LangGraph reads")."""
 
 

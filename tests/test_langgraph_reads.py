@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
 import eventlog.integrations.langgraph_blobs as blobs
 import eventlog.integrations.langgraph_store as store
 from eventlog import views
+from eventlog.errors import CorruptFrame
 from eventlog.frames import BLOB_APPEND, BLOB_FULL, LgBlob, LgCheckpoint
 from eventlog.integrations.langgraph import CkptlogSaver, LmdbSaver
 
@@ -304,3 +306,78 @@ def test_a_small_state_reads_by_id_and_lists_from_its_read_rows_alone(
     with saver.log.backend.read() as txn:
         assert list(txn.scan(store.READS)) == before
     assert saver.verify().ok
+
+
+def test_a_patch_reads_its_keyframe_from_its_raw_row_not_its_frame(
+    lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 64 KiB value edited each step: every keyframe after the first (it replaces a patch)
+    gets an ``f`` row of its raw bytes, so a cold reader reads a patch against it by id
+    decoding no frame (a page of ``list``: only the frame of the keyframe's own checkpoint);
+    ``rebuild`` writes the same rows, ``verify`` finds a changed one, deleting the thread
+    removes them."""
+    steps = 2 * store.PATCH_KEYFRAME_EVERY + 20
+    versions: dict[str, Any] = {}
+    cfg = conf("t")
+    ids, states = [], []
+    state = large_state()
+    for i in range(steps):
+        values = state(i)
+        new = {}
+        for ch in values:
+            versions[ch] = lmdb_saver.get_next_version(versions.get(ch), None)
+            new[ch] = versions[ch]
+        cfg = lmdb_saver.put(cfg, ckpt(values, dict(versions), i), {"step": i}, new)  # type: ignore[arg-type]
+        ids.append(cfg["configurable"]["checkpoint_id"])
+        states.append(values)
+
+    def f_rows() -> list[tuple[bytes, bytes]]:
+        with lmdb_saver.log.backend.read() as txn:
+            return [(bytes(k), bytes(v)) for k, v in txn.scan(store.LATEST) if k[:1] == b"f"]
+
+    rows = f_rows()
+    assert len(rows) == 2  # the keyframes at steps 65 and 130 (the first one replaced none)
+    count = Counter(monkeypatch)
+    saver = LmdbSaver(lmdb_saver.log)  # kept nothing of the writes (cold)
+    for i in (store.PATCH_KEYFRAME_EVERY + 3, steps - 2):
+        frames, tup = count(lambda: saver.get_tuple(conf("t", ids[i])))  # noqa: B023
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == states[i]
+        assert frames == 0, f"get_tuple by id of step {i}: {frames} frames"
+    frames, page = count(lambda: list(LmdbSaver(lmdb_saver.log).list(conf("t"), limit=20)))
+    assert [t.checkpoint["channel_values"] for t in page] == states[::-1][:20]
+    assert frames == 1  # the keyframe's own checkpoint (step 130) reads its value from its frame
+    views.rebuild(lmdb_saver.log)
+    assert f_rows() == rows
+    assert lmdb_saver.verify().ok
+    key, raw = rows[0]
+    with lmdb_saver.log.backend.write() as txn:
+        txn.put(store.LATEST, key, raw[:-1] + b"?")
+    problems = lmdb_saver.verify().problems
+    assert any("keyframe rows differ" in p.detail for p in problems), problems
+    lmdb_saver.delete_thread("t")
+    assert f_rows() == []
+    assert lmdb_saver.verify().ok
+
+
+@pytest.mark.parametrize("n", [0, 1, 5000, (128 << 10) - 1, 128 << 10, (300 << 10) + 7])
+def test_a_patch_applies_alike_through_a_chain_and_through_a_kept_decoder(n: int) -> None:
+    """``raw_frame`` decodes to its bytes; a patch met once (applied as a content dictionary
+    chain) and met again (a decoder with the base as dictionary) gives the same bytes; a patch
+    that does not apply is a CorruptFrame either way."""
+    rng = random.Random(n)
+    base = bytes(rng.randrange(256) for _ in range(n))
+    assert zstandard.ZstdDecompressor().decompress(blobs.raw_frame(base)) == base
+    new = bytearray(base + b"tail")
+    for i in range(0, n, 4096):
+        new[i : i + 3] = b"xyz"
+    patch = blobs.make_patch(base, bytes(new))
+    patches = blobs.Patches(1 << 30)
+    key = (1, 2, "doc")
+    assert patches.apply(key, base, patch) == new  # met once: the chain
+    assert patches.apply(key, base, patch) == new  # met again: a decoder of its own
+    assert patches.apply(key, base, patch) == new  # kept
+    with pytest.raises(CorruptFrame):
+        blobs.Patches(1 << 30).apply(key, base, patch[:-3])  # truncated
+    with pytest.raises(CorruptFrame):
+        blobs.Patches(1 << 30).apply(key, base, b"not a zstd frame")

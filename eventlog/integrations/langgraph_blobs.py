@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import operator
+import struct
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from eventlog.integrations.langgraph_rows import (
     Serde,
     blob_seq,
     read_frame,
+    read_keyframe,
 )
 from eventlog.layout import U16, U32
 from eventlog.log import EventLog
@@ -65,6 +67,26 @@ def make_patch(
 Loads = Callable[[tuple[str, bytes]], Any]
 Chain = tuple[tuple[int, LgBlob], ...]  # (seq, blob): a version's blob, then its bases in turn
 PATCH_BASES_KEPT: Final = 32  # patch decoders (a keyframe as dictionary) each thread keeps
+PATCH_BASES_SEEN: Final = 4  # the last bases each thread met (one met again: a decoder)
+_RAW_BLOCK: Final = 128 << 10  # zstd's largest block
+U32LE: Final = struct.Struct("<I")
+
+
+def raw_frame(data: bytes) -> bytes:
+    """``data`` as a zstd frame of raw (stored) blocks, its content size in the header:
+    decoding it is a copy (the head of a content dictionary chain)."""
+    n = len(data)
+    parts = [b"\x28\xb5\x2f\xfd\xa0", U32LE.pack(n)]  # magic; single segment, 4-byte size
+    if n == 0:
+        parts.append(b"\x01\x00\x00")  # one empty last raw block
+    for i in range(0, n, _RAW_BLOCK):
+        chunk = data[i : i + _RAW_BLOCK]
+        last = 1 if i + _RAW_BLOCK >= n else 0
+        parts.append(((len(chunk) << 3) | last).to_bytes(3, "little"))
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 RESOLVED_BYTES_MAX: Final = 32 << 20  # resolved full bytes a saver keeps (Patches)
 
 
@@ -110,11 +132,34 @@ class Patches:
                 self._full_bytes -= len(dropped[1])
 
     def apply(self, key: tuple[int, int, str], base: bytes, patch: bytes) -> bytes:
+        """``patch`` applied to ``base`` (the keyframe at ``key``). A base met again soon gets a
+        decoder of its own (kept per thread, the last ``PATCH_BASES_KEPT``); one met once (a
+        read by id of a long thread) is applied by the thread's plain decoder as a content
+        dictionary chain (``base`` framed raw, then the patch): no dictionary is loaded."""
         kept: collections.OrderedDict[tuple[int, int, str], zstandard.ZstdDecompressor] | None
         kept = getattr(self._local, "kept", None)
         if kept is None:
             kept = self._local.kept = collections.OrderedDict()
+            self._local.seen = collections.OrderedDict()
+            self._local.plain = zstandard.ZstdDecompressor()
         dctx = kept.get(key)
+        seen: collections.OrderedDict[tuple[int, int, str], None] = self._local.seen
+        if dctx is None and key not in seen:
+            seen[key] = None
+            if len(seen) > PATCH_BASES_SEEN:
+                seen.popitem(last=False)
+            try:
+                size = zstandard.frame_content_size(patch)
+            except zstandard.ZstdError:
+                size = -1  # not a frame: applied below, which says so
+            if 0 <= size <= self.max_bytes:
+                try:
+                    out: bytes = self._local.plain.decompress_content_dict_chain(
+                        [raw_frame(base), patch]
+                    )
+                    return out
+                except zstandard.ZstdError:
+                    pass  # applied below, which says why it does not apply
         if dctx is None:
             dictionary = zstandard.ZstdCompressionDict(
                 base, dict_type=zstandard.DICT_TYPE_RAWCONTENT
@@ -193,13 +238,19 @@ class BlobReader:
         sid: int,
         loads: Loads,
         patches: Patches | None = None,
+        *,
+        keyframes: bool = True,
     ) -> None:
+        """``keyframes=False``: chains as the frames store them (a patch's keyframe blob from
+        its frame, never from its raw ``f`` row, whose blob carries the patch's version)."""
+        self.keyframes = keyframes
         self.log = log
         self.txn = txn
         self.sid = sid
         self.loads = loads
         self.patches = patches if patches is not None else Patches(log.frame_bytes_max)
         self._frames: dict[int, Any] = {}
+        self._keyframes: dict[tuple[int, str], tuple[str, bytes]] = {}
 
     def frame(self, seq: int) -> Any:
         frame = self._frames.get(seq)
@@ -207,6 +258,19 @@ class BlobReader:
             frame = read_frame(self.log, self.txn, self.sid, seq, checksum=False)
             self._frames[seq] = frame
         return frame
+
+    def keyframe(self, seq: int, channel: str) -> tuple[str, bytes] | None:
+        """The raw bytes of the keyframe of ``channel`` at ``seq`` from its ``f`` row (read once
+        per transaction), ``None`` when it has none or the reader reads chains as stored."""
+        if not self.keyframes:
+            return None
+        key = (seq, channel)
+        hit = self._keyframes.get(key)
+        if hit is None:
+            hit = read_keyframe(self.txn, self.sid, seq, channel)
+            if hit is not None:
+                self._keyframes[key] = hit
+        return hit
 
     def blob(self, seq: int, channel: str) -> LgBlob:
         frame = self.frame(seq)
@@ -291,6 +355,8 @@ class BlobReader:
                 seq=seq,
             )
         hit = self.patches.known((self.sid, blob.base, blob.channel))
+        if hit is None and blob.kind == BLOB_PATCH:
+            hit = self.keyframe(blob.base, blob.channel)
         if hit is not None:  # its bytes are kept: no need to read its frame
             return LgBlob(blob.channel, blob.version, BLOB_FULL, *hit), blob.base
         return self.blob(blob.base, blob.channel), blob.base

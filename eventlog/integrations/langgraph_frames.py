@@ -112,7 +112,10 @@ class PutFrame(ViewFrame):
         for channel, version in self.head.versions.items():  # make_read_row reads these
             if channel not in mine:
                 yield BLOBS, blob_key(sid, channel, version_key(version))
-        if self.head.parent_id is not None and len(mine) < len(self.head.versions):
+        big = any(
+            p.blob.kind == BLOB_FULL and len(p.blob.data) > INLINE_MAX for p in self.pending
+        )  # apply_rows reads the parent's row to tell a patched channel's keyframe
+        if self.head.parent_id is not None and (big or len(mine) < len(self.head.versions)):
             yield READS, checkpoint_key(sid, self.head.parent_id)
         yield LATEST, latest_key(self.tkey)
         yield LATEST, latest_writes_key(self.tkey)
@@ -126,7 +129,9 @@ class PutFrame(ViewFrame):
             return
 
         def reader() -> BlobReader:  # keeps nothing: chains as stored, as verify reads them
-            return BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+            return BlobReader(
+                log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False
+            )
 
         keep_latest(txn, self.frame, sid, self.tkey, done.seq, reader)
 
@@ -418,6 +423,8 @@ class CopiedFrame(ViewFrame):
                 return
 
             def reader() -> BlobReader:
-                return BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+                return BlobReader(
+                    log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False
+                )
 
             keep_latest(txn, frame, sid, self.tkey, done.seq, reader)

@@ -14,6 +14,8 @@ import msgspec
 from backends.base import Backend, ReadTxn, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import (
+    BLOB_FULL,
+    BLOB_PATCH,
     LgBlob,
     LgCheckpoint,
     LgRemove,
@@ -197,6 +199,50 @@ def latest_writes_key(tkey: bytes) -> bytes:
 
 def latest_blobs_key(tkey: bytes) -> bytes:
     return b"k" + tkey
+
+
+def keyframe_prefix(sid: int) -> bytes:
+    return b"f" + U64.pack(sid)
+
+
+def keyframe_key(sid: int, seq: int, channel: str) -> bytes:
+    """``lg_latest`` key of the raw bytes of the keyframe of ``channel`` stored at ``seq``."""
+    return b"f" + U64X2.pack(sid, seq) + _utf8(channel)
+
+
+def encode_keyframe(blob: LgBlob) -> bytes:
+    return _s16(blob.type) + blob.data
+
+
+def decode_keyframe(raw: bytes) -> tuple[str, bytes]:
+    """``(serde type, bytes)`` of a keyframe row."""
+    n = U16.unpack_from(raw)[0]
+    return raw[2 : 2 + n].decode("utf-8", "surrogatepass"), raw[2 + n :]
+
+
+def read_keyframe(txn: ReadTxn, sid: int, seq: int, channel: str) -> tuple[str, bytes] | None:
+    """The raw bytes a patch's keyframe stores, from its ``f`` row, ``None`` when it has none
+    (then they are read from its frame)."""
+    try:
+        raw = txn.get(LATEST, keyframe_key(sid, seq, channel))
+    except CheckpointError:  # a log opened read-only that never had the table
+        return None
+    return None if raw is None else decode_keyframe(bytes(raw))
+
+
+def patched_keyframes(txn: ReadTxn, sid: int, frame: LgCheckpoint) -> list[LgBlob]:
+    """The full blobs of ``frame`` over ``INLINE_MAX`` bytes that replace a patch (the
+    parent's read row holds a patch for the channel): the keyframes of patched channels, which
+    get an ``f`` row (their bytes uncompressed, so a read of a patch against one decompresses
+    no frame)."""
+    big = [b for b in frame.blobs if b.kind == BLOB_FULL and len(b.data) > INLINE_MAX]
+    if not big or frame.parent_id is None:
+        return []
+    pr = read_row(txn, sid, frame.parent_id)
+    if pr is None:
+        return []
+    patched = {ch for ch, _, bl in pr.values if bl is not None and bl.kind == BLOB_PATCH}
+    return [b for b in big if b.channel in patched]
 
 
 def decode_latest(raw: bytes) -> LatestRow | None:
@@ -419,6 +465,8 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
         for blob in frame.blobs:
             txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
         txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
+        for blob in patched_keyframes(txn, sid, frame):
+            txn.put(LATEST, keyframe_key(sid, seq, blob.channel), encode_keyframe(blob))
         _keep_thread(txn, tkey, k)
     elif isinstance(frame, LgWrites):
         for pos, w in enumerate(frame.writes):
@@ -442,6 +490,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
                     txn.delete(RUNS, run_key(run, sid, key[8:].decode("utf-8", "surrogatepass")))
             txn.delete_prefix(CHECKPOINTS, k)
             txn.delete_prefix(READS, k)
+            txn.delete_prefix(LATEST, keyframe_prefix(sid))
             txn.delete_prefix(BLOBS, k)
             txn.delete_prefix(WRITES, k)
             txn.delete(THREADS, tkey)

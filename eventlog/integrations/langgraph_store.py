@@ -19,8 +19,12 @@ frames built here. Streams: one per ``(thread_id, checkpoint_ns)``, keyed
   with its channel values resolved: what ``get_tuple`` latest returns but the writes) and
   ``b"w" + s16(thread_id) + ns`` -> :class:`LatestWrites` (the writes stored against it),
   ``b"k" + s16(thread_id) + ns`` -> :class:`LatestBlobs` (the data of the ``c`` row's links
-  over ``INLINE_MAX`` bytes, its ``apart``: rewritten only when they change, a new keyframe).
-  All are optional: a reader falls back to the other tables when they are absent (logs
+  over ``INLINE_MAX`` bytes, its ``apart``: rewritten only when they change, a new keyframe);
+  and per stream ``b"f" + sid + seq + channel`` -> ``s16(serde type) + bytes``: the raw
+  (uncompressed) bytes of a keyframe over ``INLINE_MAX`` bytes that replaces a patch (the
+  channel is patched), written with the frame's rows (:func:`apply_rows`, so ``rebuild``
+  writes them again) and deleted with the thread, so a read of a patch against it decompresses
+  no frame. All are optional: a reader falls back to the other tables when they are absent (logs
   written before them, after a removal or a copy, after ``rebuild``); the next put writes
   them again.
 

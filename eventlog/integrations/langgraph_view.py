@@ -12,6 +12,7 @@ from typing import Any, Final
 from backends.base import ReadTxn, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import (
+    BLOB_FULL,
     LgBlob,
     LgCheckpoint,
     LgRemove,
@@ -38,7 +39,9 @@ from eventlog.integrations.langgraph_rows import (
     ReadRow,
     apply_rows,
     blob_seq,
+    decode_keyframe,
     decode_read_row,
+    keyframe_prefix,
     latest_writes_key,
     parse_stream_key,
     read_checkpoint_row,
@@ -105,6 +108,7 @@ def verify_views(log: EventLog) -> list[Problem]:
                     )
             problems += _verify_latest(log, txn, sid, thread_key(*parsed), view, name)
             problems += expected_reads[sid].check(txn, sid, name)
+            problems += _verify_keyframes(log, txn, sid, name)
             entry = stream_id(txn, *parsed)
             if (entry == sid) == view.empty:
                 problems.append(
@@ -199,6 +203,37 @@ class _ReadsFold:
         return []
 
 
+def _verify_keyframes(log: EventLog, txn: ReadTxn, sid: int, name: str) -> list[Problem]:
+    """A stream's keyframe rows (``lg_latest`` ``f`` rows): each holds the type and bytes of
+    the full blob its frame stores for its channel."""
+    prefix = keyframe_prefix(sid)
+    reader = BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+    bad = 0
+    try:
+        rows = list(txn.scan_prefix(LATEST, prefix))
+    except CheckpointError:  # a log opened read-only that never had the table
+        return []
+    for key, raw in rows:
+        seq = U64.unpack_from(key, len(prefix))[0]
+        channel = key[len(prefix) + 8 :].decode("utf-8", "surrogatepass")
+        try:
+            blob = reader.blob(seq, channel)
+        except CheckpointError:
+            bad += 1
+            continue
+        if blob.kind != BLOB_FULL or decode_keyframe(bytes(raw)) != (blob.type, blob.data):
+            bad += 1
+    if bad:
+        return [
+            Problem(
+                "projection",
+                f"{bad} lg_latest keyframe rows differ from the full blob their frame stores",
+                stream=name,
+            )
+        ]
+    return []
+
+
 def _same_read(got: ReadRow, want: ReadRow) -> bool:
     """``got`` equals ``want`` but may leave out a blob ``want`` inlines (then it is read
     from the frame the row names)."""
@@ -221,7 +256,7 @@ def expected_latest(
         return None
     cid = max(view.checkpoints)
     row = view.checkpoints[cid]
-    reader = BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max))
+    reader = BlobReader(log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False)
     frame = reader.frame(row.seq)
     if not isinstance(frame, LgCheckpoint):
         raise CorruptFrame(f"seq {row.seq} is indexed as a checkpoint", seq=row.seq)
@@ -295,6 +330,8 @@ class _NoFrames(BlobReader):
     def __init__(self, txn: ReadTxn, sid: int) -> None:
         self.txn, self.sid, self.loads = txn, sid, _no_loads
         self.patches = Patches(0)
+        self._keyframes = {}
+        self.keyframes = False
 
     def frame(self, seq: int) -> Any:
         raise CorruptFrame(f"seq {seq}: applying a frame reads no other frame", seq=seq)
