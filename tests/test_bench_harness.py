@@ -575,3 +575,19 @@ def test_an_instances_run_marks_every_million_even_when_no_batch_ends_on_it(
     done, _ = inst._rows_sync(Sink(), 3000, 256, 60.0, marks)  # type: ignore[arg-type]
     assert done == 3000
     assert len(marks) == 3  # the start, past 1,000 (at 1,024) and past 2,000 (at 2,048)
+
+
+def test_limits_beaten_by_the_raw_lmdb_rows_of_their_own_run_are_flagged() -> None:
+    """A limit measured while the disk was shared undercounts it: the run's own raw py-lmdb row
+    (one synced commit per save) then beats it, and the report says so instead of printing a
+    fraction of 20 as if it meant something. A batched (concurrent) row does not count."""
+    from benchmarks.report_runs import undercounted_limit  # noqa: PLC0415
+
+    def row(scenario: str, label: str, fraction: float) -> list[str]:
+        return [f"`{scenario}`", "p", label, "x", "y", f"**{fraction:.2f}**"]
+
+    fine = [row("linear", "ckptlog-fsync", 0.6), row("linear", "lmdb-raw-fsync", 0.95)]
+    assert undercounted_limit(fine) is None
+    assert undercounted_limit([*fine, row("concurrent", "lmdb-raw-fsync", 500.0)]) is None
+    beaten = [*fine, row("instances", "lmdb-rows-fsync", 3.2)]
+    assert undercounted_limit(beaten) == 3.2
