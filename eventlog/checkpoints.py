@@ -339,7 +339,10 @@ class CheckpointLog(HeadCache):
 
     def _unstage(self, final: bool, last: Callable[[str], Any]) -> list[tuple[str, Any, int]]:
         """The staged calls as batch frames ``(stream, frame, saves)`` in call order (the
-        log's :attr:`~eventlog.commit.GroupCommit.stager`; called with its lock held)."""
+        log's :attr:`~eventlog.commit.GroupCommit.stager`, under its lock, on every enqueue:
+        an empty stage answers without the pending lock, as another thread's stage races it)."""
+        if not final and not self._staged:
+            return []
         with self._pending_lock:
             staged, runs = self._staged, self._runs
             if final:
