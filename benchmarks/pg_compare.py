@@ -600,6 +600,9 @@ def bench_workers(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
                 "inst_per_s": median([x["inst_per_s"] for x in rs]),
                 "lock_wait_share": median([x["lock_wait_share"] for x in rs]),
                 "lock_busy_share": median([x["lock_busy_share"] for x in rs]),
+                "held_across_share": median([x["held_across_share"] for x in rs]),
+                "holder_client_ms": median([x["holder_client_ms"] for x in rs]),
+                "holder_cpu_ms": median([x["holder_cpu_ms"] for x in rs]),
                 "rows_inst_per_s": median(peer[w]),
                 "ratio_vs_rows": median(
                     [a["inst_per_s"] / b for a, b in zip(rs, peer[w], strict=True)]

@@ -131,6 +131,8 @@ def tables(payload: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                     "commits",
                     "lock-wait share",
                     "lock busy",
+                    "read under lock",
+                    "holder wall / CPU",
                     "no-lock table",
                     "ours / no-lock",
                 ],
@@ -141,12 +143,18 @@ def tables(payload: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                         fmt_int(r["commits"]),
                         f"{100 * r['lock_wait_share']:.1f}%",
                         _pct(r.get("lock_busy_share")),
+                        _pct(r.get("held_across_share")),
+                        (
+                            f"{r['holder_client_ms']:.1f} / {r['holder_cpu_ms']:.1f} ms"
+                            if "holder_client_ms" in r
+                            else "-"
+                        ),
                         fmt_int(r["rows_inst_per_s"]) if "rows_inst_per_s" in r else "-",
                         f"{r['ratio_vs_rows']:.2f}x" if "ratio_vs_rows" in r else "-",
                     ]
                     for r in s["rows"]
                 ],
-                "rrrrrrr",
+                "rrrrrrrrr",
             )
         )
     return out

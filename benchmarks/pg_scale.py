@@ -10,7 +10,12 @@ whole-record saves, as workers on separate hosts would. Reported per worker coun
 saved per second (``N`` over the slowest worker's run, process start-up excluded), commits,
 the share of the workers' time spent waiting for the writers' lock, and the **lock busy
 share**: the time the lock was held, summed over all workers' commits, over the run's time.
-A busy share well under 100% means the lock is not what limits throughput.
+A busy share well under 100% means the lock is not what limits throughput. Where the lock's
+time goes: the share of commits that **read under the lock** (held it across a round trip of
+their client: the writer's knowledge was stale, or it had none), and for those the holder's
+**wall and CPU milliseconds** from the lock's answer reaching it to its COMMIT going out. Wall
+well above CPU is time the holder was not running (waiting for a core on a loaded machine)
+while every other writer waited for it.
 
 Beside each row runs the same job on a **hand-rolled table with no lock at all**
 (``rows``: each worker writes its share to ``(job, item, result)`` in batches of ``K`` rows per
@@ -78,7 +83,16 @@ def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -
         outs = [p.communicate()[0] for p in procs]
         wall = time.perf_counter() - start
         assert all(p.returncode == 0 for p in procs)
-        stats = {"elapsed": 0.0, "commits": 0.0, "lockwait": 0.0, "lockheld": 0.0, "stale": 0.0}
+        stats = {
+            "elapsed": 0.0,
+            "commits": 0.0,
+            "lockwait": 0.0,
+            "lockheld": 0.0,
+            "stale": 0.0,
+            "heldacross": 0.0,
+            "heldclient": 0.0,
+            "heldcpu": 0.0,
+        }
         worst = 0.0
         for out in outs:
             for line in out.splitlines():
@@ -100,6 +114,11 @@ def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -
         "stale": stats["stale"],
         "lock_wait_share": stats["lockwait"] / stats["elapsed"],
         "lock_busy_share": stats["lockheld"] / worst,
+        # commits that held the lock across a client round trip (read under it), and in them
+        # the holder's wall and CPU milliseconds from the lock's answer to sending the COMMIT
+        "held_across_share": stats["heldacross"] / max(stats["commits"], 1.0),
+        "holder_client_ms": 1e3 * stats["heldclient"] / max(stats["heldacross"], 1.0),
+        "holder_cpu_ms": 1e3 * stats["heldcpu"] / max(stats["heldacross"], 1.0),
         "verify_ok": float(ok),
     }
 
@@ -194,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.instances:,} instances, batches of {a.flush_every} (0: each save durable), fsync, "
         f"median of {a.rounds} round(s)"
     )
-    print("workers  ckptlog inst/s  lock wait  lock busy  rows (no lock) inst/s  ratio  verify")
+    print(
+        "workers  ckptlog inst/s  lock wait  lock busy  read under lock  holder wall/CPU ms  "
+        "rows (no lock) inst/s  ratio  verify"
+    )
     table: list[dict[str, Any]] = []
     for n in counts:
         med = {k: statistics.median(r[k] for r in got[n]) for k in got[n][0]}
@@ -202,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         ok = all(r["verify_ok"] for r in got[n])
         print(
             f"{n:7d}  {med['inst_per_s']:14,.0f}  {100 * med['lock_wait_share']:8.1f}%  "
-            f"{100 * med['lock_busy_share']:8.1f}%  {rows:21,.0f}  "
+            f"{100 * med['lock_busy_share']:8.1f}%  {100 * med['held_across_share']:14.0f}%  "
+            f"{med['holder_client_ms']:9.1f} / {med['holder_cpu_ms']:5.1f}  {rows:21,.0f}  "
             f"{med['inst_per_s'] / rows:5.2f}  {ok}"
         )
         table.append({**med, "rows_inst_per_s": rows, "ratio_vs_rows": med["inst_per_s"] / rows})

@@ -14,7 +14,10 @@ then flushes and closes. It prints ``ack own-W N`` after save ``N`` returned, ``
 after a flush that covered its first ``K`` instances returned, and finally ``elapsed SECONDS``,
 ``commits N``, ``lockwait SECONDS`` (from beginning a write transaction to the writers' lock's
 grant, which comes with its first read) and ``lockheld SECONDS`` (from the grant to the commit's
-answer).
+answer), ``stale N`` (commits that ran on stale assumptions and ran again), ``heldacross N``
+(commits that held the lock across a round trip of this client: they read under it), and over
+those ``heldclient SECONDS`` (from the lock's answer to sending the COMMIT) and ``heldcpu
+SECONDS`` (the committing thread's CPU in that window).
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ def main() -> int:
     emit(f"lockwait {getattr(backend, 'lock_wait_s', 0.0):.4f}")
     emit(f"lockheld {getattr(backend, 'lock_held_s', 0.0):.4f}")
     emit(f"stale {getattr(backend, 'stale', 0)}")
+    emit(f"heldacross {getattr(backend, 'held_across_client', 0)}")
+    emit(f"heldclient {getattr(backend, 'held_client_s', 0.0):.4f}")
+    emit(f"heldcpu {getattr(backend, 'held_client_cpu_s', 0.0):.4f}")
     return 0
 
 
