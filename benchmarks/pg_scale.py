@@ -52,14 +52,25 @@ def _drop(base: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -> dict[str, float]:
-    """The ckptlog job with ``workers`` processes on a fresh schema (dropped afterwards)."""
+def run(
+    url: str, schema: str, workers: int, instances: int, flush_every: int, *, own: bool = False
+) -> dict[str, float]:
+    """The ckptlog job with ``workers`` processes on a fresh schema (dropped afterwards);
+    ``own``: each worker saves the instances of a fan-out of its own (``job-W``), so the
+    workers share no stream, only the log."""
     base = url.split("?", maxsplit=1)[0]
     _drop(base, schema)
     full = f"{base}?schema={schema}"
     try:
         cl = CheckpointLog.open(full)
-        cl.save("shared", make_record("shared", fan_outs=[fan_out("f", [NOT_STARTED] * instances)]))
+        if own:
+            share = instances // workers + 1
+            for w in range(workers):
+                job = f"job-{w}"
+                cl.save(job, make_record(job, fan_outs=[fan_out("f", [NOT_STARTED] * share)]))
+        else:
+            fan = fan_out("f", [NOT_STARTED] * instances)
+            cl.save("shared", make_record("shared", fan_outs=[fan]))
         cl.close()
         start = time.perf_counter()
         procs = [
@@ -73,6 +84,7 @@ def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -
                     "4",
                     str(instances),
                     str(flush_every),
+                    *(["own"] if own else []),
                 ],
                 cwd=REPO,
                 stdout=subprocess.PIPE,
@@ -193,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,4,8")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="write the medians here")
+    ap.add_argument(
+        "--own",
+        action="store_true",
+        help="each worker saves a fan-out of its own (the workers share the log, no stream)",
+    )
     ap.add_argument("--rows-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--schema", default="bench_pg_scale_rows", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -205,13 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     peer: dict[int, list[float]] = {n: [] for n in counts}
     for _ in range(a.rounds):
         for n in counts:
-            got[n].append(run(a.url, "bench_pg_scale", n, a.instances, a.flush_every))
+            got[n].append(run(a.url, "bench_pg_scale", n, a.instances, a.flush_every, own=a.own))
             peer[n].append(
                 run_rows(a.url, "bench_pg_scale_rows", n, a.instances, a.flush_every)["inst_per_s"]
             )
     print(
         f"{a.instances:,} instances, batches of {a.flush_every} (0: each save durable), fsync, "
-        f"median of {a.rounds} round(s)"
+        f"median of {a.rounds} round(s); "
+        + ("a fan-out per worker" if a.own else "one fan-out shared by the workers")
     )
     print(
         "workers  ckptlog inst/s  lock wait  lock busy  read under lock  holder wall/CPU ms  "
@@ -236,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                     "instances": a.instances,
                     "flush_every": a.flush_every,
                     "rounds": a.rounds,
+                    "own_fan_outs": a.own,
                     "rows": table,
                 },
                 indent=2,

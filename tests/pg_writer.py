@@ -1,6 +1,6 @@
 """One worker process of the multi-process PostgreSQL tests and scaling measurement.
 
-Run as ``python tests/pg_writer.py URL W WORKERS SAVES INSTANCES FLUSH_EVERY``; not a test
+Run as ``python tests/pg_writer.py URL W WORKERS SAVES INSTANCES FLUSH_EVERY [own]``; not a test
 module (``benchmarks/pg_scale.py`` runs it too). Worker ``W`` of ``WORKERS`` opens the
 checkpoint log at ``URL`` (a separate process
 with its own connections, as a worker on another host would be) and interleaves:
@@ -9,7 +9,9 @@ with its own connections, as a worker on another host would be) and interleaves:
 - ``save_instance`` of every instance ``i`` of the shared invocation ``shared``'s fan-out ``f``
   (``INSTANCES`` in all) with ``i % WORKERS == W``, batched by ``FLUSH_EVERY``;
 
-then flushes and closes. It prints ``ack own-W N`` after save ``N`` returned, ``inst I`` after
+then flushes and closes. With ``own``, the instances are those of its own invocation
+``job-W`` (fan-out ``f``, saved beforehand with at least ``I // WORKERS + 1`` instances) instead:
+the workers share no stream. It prints ``ack own-W N`` after save ``N`` returned, ``inst I`` after
 ``save_instance`` of instance ``I`` returned when it is durable (``FLUSH_EVERY`` 0), ``flushed K``
 after a flush that covered its first ``K`` instances returned, and finally ``elapsed SECONDS``,
 ``commits N``, ``lockwait SECONDS`` (from beginning a write transaction to the writers' lock's
@@ -39,8 +41,10 @@ def main() -> int:
     url, w_s, workers_s, saves_s, instances_s, flush_s = sys.argv[1:7]
     w, workers, saves, instances = int(w_s), int(workers_s), int(saves_s), int(instances_s)
     flush_every = int(flush_s)
+    own_job = len(sys.argv) > 7 and sys.argv[7] == "own"
     batching = FanOutInternalSaveBatching(flush_every=flush_every) if flush_every > 0 else None
     mine = list(range(w, instances, workers))
+    job, index = ("shared", lambda i: i) if not own_job else (f"job-{w}", lambda i: i // workers)
     own = f"own-{w}"
     start = time.perf_counter()
     cl = CheckpointLog.open(url, batching=batching)
@@ -48,7 +52,7 @@ def main() -> int:
         every = max(1, len(mine) // max(saves, 1))
         n = 0
         for k, i in enumerate(mine):
-            cl.save_instance("shared", "f", i, done({"w": w, "i": i}), namespace=NS)
+            cl.save_instance(job, "f", index(i), done({"w": w, "i": i}), namespace=NS)
             if flush_every <= 0:
                 emit(f"inst {i}")  # durable: acknowledged
             if k % every == 0 and n < saves:
