@@ -867,7 +867,17 @@ class _WriteScope:
     by the row it appended (:attr:`_PgWrite.witness`) once its server session is gone.
     """
 
-    __slots__ = ("before_lock", "began", "granted", "lock", "owner", "pipeline", "txn", "xid")
+    __slots__ = (
+        "before_lock",
+        "began",
+        "granted",
+        "granted_cpu",
+        "lock",
+        "owner",
+        "pipeline",
+        "txn",
+        "xid",
+    )
 
     def __init__(
         self, owner: PostgresBackend, before_lock: Callable[[WriteTxn], None] | None = None
@@ -879,6 +889,7 @@ class _WriteScope:
         self.lock: Any = None  # the lock query's cursor until its result is read
         self.began = 0.0
         self.granted = 0.0
+        self.granted_cpu = 0.0
         self.txn: _PgWrite | None = None
 
     def __enter__(self) -> WriteTxn:
@@ -926,6 +937,7 @@ class _WriteScope:
             return
         row = cur.fetchone()
         self.granted = time.perf_counter()
+        self.granted_cpu = time.thread_time()
         self.owner.lock_wait_s += self.granted - self.began
         assert row is not None
         self.xid = int(row[1])
@@ -1050,6 +1062,12 @@ class _WriteScope:
                 _end_quietly(pipeline)
                 owner._drop_writer()  # nothing committed: the COMMIT was never sent
                 raise owner._failed(e, "writing") from e
+            if self.lock is None:
+                # The lock's answer came before the COMMIT was sent: the lock is held across
+                # this client's round trip (its wake-up, its work, the next statement's trip).
+                owner.held_across_client += 1
+                owner.held_client_s += time.perf_counter() - self.granted
+                owner.held_client_cpu_s += time.thread_time() - self.granted_cpu
             commit: Any = None
             try:
                 commit = conn.execute("COMMIT")  # visible now; the writers' lock is released
@@ -1118,6 +1136,14 @@ class PostgresBackend(Backend):
         self.lock_held_s = 0.0
         # Transactions that ran on what the process knew and found it stale (run again).
         self.stale = 0
+        # Commits whose lock was held across a round trip of this client (its first read's
+        # answer came back before the COMMIT went out: the commit read under the lock), and,
+        # summed over them, the seconds from that answer to sending the COMMIT and this
+        # thread's CPU seconds in that window: the rest of the window the client was not
+        # running (waiting for a core, or for its process's other threads).
+        self.held_across_client = 0
+        self.held_client_s = 0.0
+        self.held_client_cpu_s = 0.0
         # rendered statements of the write batches met (postgres_batch.render)
         self._batches: dict[tuple[Any, ...], str] = {}
         self._reset_connections()

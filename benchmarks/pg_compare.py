@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import json
 import logging
 import os
 import random
@@ -111,6 +112,7 @@ INSTANCES_ROUNDS = (5, 2)
 WORKERS_N = (100_000, 2_000)
 WORKERS_ROUNDS = (3, 1)
 WORKER_COUNTS = (1, 4, 8)
+OWN_WORKERS = 8  # also run with a fan-out per worker (no shared stream)
 RESULT_WORDS = 24
 
 
@@ -576,9 +578,18 @@ def bench_workers(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
     n, rounds = WORKERS_N[quick], WORKERS_ROUNDS[quick]
     runs: dict[int, list[dict[str, float]]] = {w: [] for w in WORKER_COUNTS}
     peer: dict[int, list[float]] = {w: [] for w in WORKER_COUNTS}
+    own: list[dict[str, float]] = []
     for r in range(rounds):
         order = list(WORKER_COUNTS) if r % 2 == 0 else list(reversed(WORKER_COUNTS))
         for w in order:
+            if w == OWN_WORKERS:
+                # The same job with a fan-out per worker: no stream shared, only the log (what
+                # per-worker streams alone would leave of the serialization, docs/scale-out.md)
+                schema = schemas.new(f"own{w}")
+                try:
+                    own.append(pg_scale.run(url, schema, w, n, BATCH, own=True))
+                finally:
+                    schemas.drop(schema)
             schema = schemas.new(f"workers{w}")
             try:
                 runs[w].append(pg_scale.run(url, schema, w, n, BATCH))
@@ -600,6 +611,9 @@ def bench_workers(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
                 "inst_per_s": median([x["inst_per_s"] for x in rs]),
                 "lock_wait_share": median([x["lock_wait_share"] for x in rs]),
                 "lock_busy_share": median([x["lock_busy_share"] for x in rs]),
+                "held_across_share": median([x["held_across_share"] for x in rs]),
+                "holder_client_ms": median([x["holder_client_ms"] for x in rs]),
+                "holder_cpu_ms": median([x["holder_cpu_ms"] for x in rs]),
                 "rows_inst_per_s": median(peer[w]),
                 "ratio_vs_rows": median(
                     [a["inst_per_s"] / b for a, b in zip(rs, peer[w], strict=True)]
@@ -608,12 +622,35 @@ def bench_workers(url: str, schemas: Schemas, quick: bool) -> dict[str, Any]:
                 "runs": rs,
             }
         )
+    if not all(x["verify_ok"] for x in own):
+        raise SystemExit(f"workers {OWN_WORKERS}, a fan-out each: the log did not verify")
+    own_row = {
+        "workers": OWN_WORKERS,
+        "inst_per_s": median([x["inst_per_s"] for x in own]),
+        **{
+            k: median([x[k] for x in own])
+            for k in (
+                "lock_wait_share",
+                "lock_busy_share",
+                "held_across_share",
+                "holder_client_ms",
+                "holder_cpu_ms",
+                "commits",
+            )
+        },
+        "rows_inst_per_s": median(peer[OWN_WORKERS]),
+        "ratio_vs_rows": median(
+            [a["inst_per_s"] / b for a, b in zip(own, peer[OWN_WORKERS], strict=True)]
+        ),
+        "runs": own,
+    }
     return {
         "instances": n,
         "rounds": rounds,
         "flush_every": BATCH,
         "durability": "fsync (synchronous_commit = on)",
         "rows": rows,
+        "own_fan_outs": own_row,
     }
 
 
@@ -639,6 +676,33 @@ def server_info(url: str) -> dict[str, Any]:
     info["data_directory"] = data_dir[0] if data_dir else None
     info["url"] = url.rsplit("@", maxsplit=1)[-1]
     return info
+
+
+def carry_over(payload: dict[str, Any], out: Path, only: list[str]) -> None:
+    """A run of some sections (``--only``) keeps the others from the run stored at ``out``,
+    each marked with the run it came from (the section's tables then say so)."""
+    if set(only) >= set(SECTIONS) or not out.exists():
+        return
+    try:
+        old = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    git = (old.get("environment") or {}).get("git") or {}
+    for name in SECTIONS:
+        if name in only or name not in old:
+            continue
+        section = dict(old[name])
+        section.setdefault(
+            "carried_from",
+            {
+                "timestamp_utc": (old.get("environment") or {}).get("timestamp_utc"),
+                "commit": (git.get("commit") or "unknown")[:10],
+                "command": old.get("command"),
+                "loadavg_before": old.get("loadavg_before"),
+                "loadavg_after": old.get("loadavg_after"),
+            },
+        )
+        payload[name] = section
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -700,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
                 print_table(headers, rows, align=align, title=title)
     finally:
         schemas.drop_all()
+    carry_over(payload, Path(args.out), only)
     payload["schemas_created_and_dropped"] = schemas.ever
     payload["warnings_logged"] = len(warnings.messages)
     payload["warnings"] = warnings.messages[:20]

@@ -131,22 +131,31 @@ def tables(payload: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                     "commits",
                     "lock-wait share",
                     "lock busy",
+                    "read under lock",
+                    "holder wall / CPU",
                     "no-lock table",
                     "ours / no-lock",
                 ],
                 [
                     [
-                        str(r["workers"]),
+                        str(r["workers"])
+                        + (" (a fan-out each)" if r is s.get("own_fan_outs") else ""),
                         fmt_int(r["inst_per_s"]),
                         fmt_int(r["commits"]),
                         f"{100 * r['lock_wait_share']:.1f}%",
                         _pct(r.get("lock_busy_share")),
+                        _pct(r.get("held_across_share")),
+                        (
+                            f"{r['holder_client_ms']:.1f} / {r['holder_cpu_ms']:.1f} ms"
+                            if "holder_client_ms" in r
+                            else "-"
+                        ),
                         fmt_int(r["rows_inst_per_s"]) if "rows_inst_per_s" in r else "-",
                         f"{r['ratio_vs_rows']:.2f}x" if "ratio_vs_rows" in r else "-",
                     ]
-                    for r in s["rows"]
+                    for r in [*s["rows"], *([s["own_fan_outs"]] if "own_fan_outs" in s else [])]
                 ],
-                "rrrrrrr",
+                "rrrrrrrrr",
             )
         )
     return out
@@ -210,6 +219,14 @@ def verdicts(payload: dict[str, Any]) -> list[str]:
         by = {r["workers"]: r for r in rows}
         if 1 in by and 8 in by:
             v = by[8]["ratio_vs_rows"]
+            own = payload["workers"].get("own_fan_outs")
+            if own is not None:
+                lines.append(
+                    f"{own['workers']} workers with a fan-out each (no stream shared, only the "
+                    f"log): {own['inst_per_s']:,.0f}/s, {own['ratio_vs_rows']:.2f}x the lock-free "
+                    f"table; {100 * own['held_across_share']:.0f}% of commits read under the "
+                    f"lock (shared fan-out: {100 * by[8].get('held_across_share', 0.0):.0f}%)."
+                )
             lines.append(
                 f"8 worker processes: ours {v:.2f}x the lock-free hand-rolled table with 8 "
                 f"(target >= {WORKERS_VS_ROWS_MIN:g}x): "
@@ -218,6 +235,22 @@ def verdicts(payload: dict[str, Any]) -> list[str]:
                 f"{'met' if by[8]['inst_per_s'] >= by[1]['inst_per_s'] else '**missed**'}."
             )
     return lines
+
+
+def carried(payload: dict[str, Any]) -> str:
+    """What the run took over from an earlier one (``pg_compare --only``), as a sentence."""
+    names = {"linear": "1", "growth": "2", "instances": "3", "workers": "4"}
+    out = []
+    for name, number in names.items():
+        src = (payload.get(name) or {}).get("carried_from")
+        if src:
+            out.append(
+                f" Part {number} was not run here: it is carried over from the run "
+                f"`{src.get('command')}` of {src.get('timestamp_utc')} (commit "
+                f"{src.get('commit')}, load average {src.get('loadavg_before')} before / "
+                f"{src.get('loadavg_after')} after)."
+            )
+    return "".join(out)
 
 
 def markdown(payload: dict[str, Any], json_path: str) -> str:
@@ -240,7 +273,7 @@ def markdown(payload: dict[str, Any], json_path: str) -> str:
         f"{payload['loadavg_before']} before / {payload['loadavg_after']} after. The machine is "
         "shared with other sessions running at the same time: timings are noisy, so the stores "
         "are alternated in rounds within the run and the ratios (median of the per-round ratios) "
-        "are the figures to read, not the absolute rates." + disturbed(payload),
+        "are the figures to read, not the absolute rates." + disturbed(payload) + carried(payload),
         "",
         "What is compared (each store in a fresh schema of its own, durability like for like: "
         "`fsync` = a save returns once its WAL is on disk (`synchronous_commit = on` for the "
@@ -273,7 +306,11 @@ def markdown(payload: dict[str, Any], json_path: str) -> str:
         "batches of 256, `fsync`. Lock-wait share: the workers' time from beginning a write "
         "transaction to the writers' lock's grant; lock busy: the time the lock was held (from "
         "its grant to the commit's answer, so an upper bound), summed over all commits, over "
-        "the run's time. Beside it, the same job on a hand-rolled `(job, item, result)` table "
+        "the run's time; read under lock: the commits whose lock was held across a round trip "
+        "of their client (they read under it), and for those the holder's wall and CPU "
+        "milliseconds from the lock's answer to its COMMIT going out. The 8-worker job also "
+        "runs with a fan-out per worker (the workers share the log, no stream). Beside it, "
+        "the same job on a hand-rolled `(job, item, result)` table "
         "with no lock at all, the same worker processes and batches (`pg_scale.run_rows`): "
         "what this machine allows when nothing is serialized. Targets (issue #24): ours with 8 "
         "workers >= 0.8x the lock-free table with 8, and >= ours with 1.",

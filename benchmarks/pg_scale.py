@@ -10,7 +10,12 @@ whole-record saves, as workers on separate hosts would. Reported per worker coun
 saved per second (``N`` over the slowest worker's run, process start-up excluded), commits,
 the share of the workers' time spent waiting for the writers' lock, and the **lock busy
 share**: the time the lock was held, summed over all workers' commits, over the run's time.
-A busy share well under 100% means the lock is not what limits throughput.
+A busy share well under 100% means the lock is not what limits throughput. Where the lock's
+time goes: the share of commits that **read under the lock** (held it across a round trip of
+their client: the writer's knowledge was stale, or it had none), and for those the holder's
+**wall and CPU milliseconds** from the lock's answer reaching it to its COMMIT going out. Wall
+well above CPU is time the holder was not running (waiting for a core on a loaded machine)
+while every other writer waited for it.
 
 Beside each row runs the same job on a **hand-rolled table with no lock at all**
 (``rows``: each worker writes its share to ``(job, item, result)`` in batches of ``K`` rows per
@@ -47,14 +52,25 @@ def _drop(base: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -> dict[str, float]:
-    """The ckptlog job with ``workers`` processes on a fresh schema (dropped afterwards)."""
+def run(
+    url: str, schema: str, workers: int, instances: int, flush_every: int, *, own: bool = False
+) -> dict[str, float]:
+    """The ckptlog job with ``workers`` processes on a fresh schema (dropped afterwards);
+    ``own``: each worker saves the instances of a fan-out of its own (``job-W``), so the
+    workers share no stream, only the log."""
     base = url.split("?", maxsplit=1)[0]
     _drop(base, schema)
     full = f"{base}?schema={schema}"
     try:
         cl = CheckpointLog.open(full)
-        cl.save("shared", make_record("shared", fan_outs=[fan_out("f", [NOT_STARTED] * instances)]))
+        if own:
+            share = instances // workers + 1
+            for w in range(workers):
+                job = f"job-{w}"
+                cl.save(job, make_record(job, fan_outs=[fan_out("f", [NOT_STARTED] * share)]))
+        else:
+            fan = fan_out("f", [NOT_STARTED] * instances)
+            cl.save("shared", make_record("shared", fan_outs=[fan]))
         cl.close()
         start = time.perf_counter()
         procs = [
@@ -68,6 +84,7 @@ def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -
                     "4",
                     str(instances),
                     str(flush_every),
+                    *(["own"] if own else []),
                 ],
                 cwd=REPO,
                 stdout=subprocess.PIPE,
@@ -78,7 +95,16 @@ def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -
         outs = [p.communicate()[0] for p in procs]
         wall = time.perf_counter() - start
         assert all(p.returncode == 0 for p in procs)
-        stats = {"elapsed": 0.0, "commits": 0.0, "lockwait": 0.0, "lockheld": 0.0, "stale": 0.0}
+        stats = {
+            "elapsed": 0.0,
+            "commits": 0.0,
+            "lockwait": 0.0,
+            "lockheld": 0.0,
+            "stale": 0.0,
+            "heldacross": 0.0,
+            "heldclient": 0.0,
+            "heldcpu": 0.0,
+        }
         worst = 0.0
         for out in outs:
             for line in out.splitlines():
@@ -100,6 +126,11 @@ def run(url: str, schema: str, workers: int, instances: int, flush_every: int) -
         "stale": stats["stale"],
         "lock_wait_share": stats["lockwait"] / stats["elapsed"],
         "lock_busy_share": stats["lockheld"] / worst,
+        # commits that held the lock across a client round trip (read under it), and in them
+        # the holder's wall and CPU milliseconds from the lock's answer to sending the COMMIT
+        "held_across_share": stats["heldacross"] / max(stats["commits"], 1.0),
+        "holder_client_ms": 1e3 * stats["heldclient"] / max(stats["heldacross"], 1.0),
+        "holder_cpu_ms": 1e3 * stats["heldcpu"] / max(stats["heldacross"], 1.0),
         "verify_ok": float(ok),
     }
 
@@ -174,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,4,8")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="write the medians here")
+    ap.add_argument(
+        "--own",
+        action="store_true",
+        help="each worker saves a fan-out of its own (the workers share the log, no stream)",
+    )
     ap.add_argument("--rows-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--schema", default="bench_pg_scale_rows", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -186,15 +222,19 @@ def main(argv: list[str] | None = None) -> int:
     peer: dict[int, list[float]] = {n: [] for n in counts}
     for _ in range(a.rounds):
         for n in counts:
-            got[n].append(run(a.url, "bench_pg_scale", n, a.instances, a.flush_every))
+            got[n].append(run(a.url, "bench_pg_scale", n, a.instances, a.flush_every, own=a.own))
             peer[n].append(
                 run_rows(a.url, "bench_pg_scale_rows", n, a.instances, a.flush_every)["inst_per_s"]
             )
     print(
         f"{a.instances:,} instances, batches of {a.flush_every} (0: each save durable), fsync, "
-        f"median of {a.rounds} round(s)"
+        f"median of {a.rounds} round(s); "
+        + ("a fan-out per worker" if a.own else "one fan-out shared by the workers")
     )
-    print("workers  ckptlog inst/s  lock wait  lock busy  rows (no lock) inst/s  ratio  verify")
+    print(
+        "workers  ckptlog inst/s  lock wait  lock busy  read under lock  holder wall/CPU ms  "
+        "rows (no lock) inst/s  ratio  verify"
+    )
     table: list[dict[str, Any]] = []
     for n in counts:
         med = {k: statistics.median(r[k] for r in got[n]) for k in got[n][0]}
@@ -202,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         ok = all(r["verify_ok"] for r in got[n])
         print(
             f"{n:7d}  {med['inst_per_s']:14,.0f}  {100 * med['lock_wait_share']:8.1f}%  "
-            f"{100 * med['lock_busy_share']:8.1f}%  {rows:21,.0f}  "
+            f"{100 * med['lock_busy_share']:8.1f}%  {100 * med['held_across_share']:14.0f}%  "
+            f"{med['holder_client_ms']:9.1f} / {med['holder_cpu_ms']:5.1f}  {rows:21,.0f}  "
             f"{med['inst_per_s'] / rows:5.2f}  {ok}"
         )
         table.append({**med, "rows_inst_per_s": rows, "ratio_vs_rows": med["inst_per_s"] / rows})
@@ -213,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                     "instances": a.instances,
                     "flush_every": a.flush_every,
                     "rounds": a.rounds,
+                    "own_fan_outs": a.own,
                     "rows": table,
                 },
                 indent=2,

@@ -14,7 +14,8 @@ import pytest
 from bench_smoke import run_module
 from pg_schemas import PG_URL
 
-from benchmarks.pg_report import SECTION_TITLE, markdown, replace_section
+from benchmarks.pg_compare import carry_over
+from benchmarks.pg_report import SECTION_TITLE, carried, markdown, replace_section
 
 
 @pytest.mark.slow
@@ -48,6 +49,11 @@ def test_pg_compare_benchmark_quick(tmp_path: Path) -> None:
         assert row["ratio_vs_best"]["median_of_ratios"] > 0
     assert [r["workers"] for r in data["workers"]["rows"]] == [1, 4, 8]
     assert all(0 <= r["lock_wait_share"] <= 1 for r in data["workers"]["rows"])
+    assert all(0 <= r["held_across_share"] <= 1 for r in data["workers"]["rows"])
+    own = data["workers"]["own_fan_outs"]
+    assert own["workers"] == 8
+    assert own["inst_per_s"] > 0
+    assert "8 (a fan-out each)" in stdout
     # every store had a schema of its own, and none is left behind
     made = data["schemas_created_and_dropped"]
     assert len(made) == len(set(made)) >= 10
@@ -66,3 +72,34 @@ def test_pg_compare_benchmark_quick(tmp_path: Path) -> None:
     assert again.count(SECTION_TITLE) == 1
     assert again.startswith("# Benchmarks\n\n## `replay`")
     assert again.endswith("\n## Later\n\nmore\n")
+
+
+def test_a_run_of_some_parts_carries_the_others_over_from_the_stored_run(tmp_path: Path) -> None:
+    """``pg_compare --only instances,workers`` keeps the stored run's other parts, each marked
+    with the run it came from, and the page says so; a full run carries nothing over."""
+    out = tmp_path / "pg_compare.json"
+    old = {
+        "command": "python -m benchmarks.pg_compare --doc",
+        "environment": {"timestamp_utc": "2026-11-27T10:00:00Z", "git": {"commit": "0123456789ab"}},
+        "loadavg_before": [5.0, 5.0, 5.0],
+        "loadavg_after": [6.0, 6.0, 6.0],
+        "linear": {"rows": [], "target_min": 1.0},
+        "growth": {"steps": 1000},
+        "workers": {"rows": ["old"]},
+    }
+    out.write_text(json.dumps(old), encoding="utf-8")
+    payload: dict[str, object] = {"workers": {"rows": ["new"]}}
+    carry_over(payload, out, ["instances", "workers"])
+    assert payload["workers"] == {"rows": ["new"]}
+    assert "instances" not in payload  # the stored run had none
+    for name in ("linear", "growth"):
+        src = payload[name]["carried_from"]  # type: ignore[index]
+        assert src["commit"] == "0123456789"
+        assert src["timestamp_utc"] == "2026-11-27T10:00:00Z"
+    sentence = carried(payload)
+    assert "Part 1 was not run here" in sentence
+    assert "Part 2 was not run here" in sentence
+    assert "Part 4" not in sentence
+    full: dict[str, object] = {}
+    carry_over(full, out, ["linear", "growth", "instances", "workers"])
+    assert full == {}

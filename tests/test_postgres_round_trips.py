@@ -105,6 +105,37 @@ def test_two_writers_on_one_thread_rebuild_on_what_is_stored(
             s.close()
 
 
+def test_the_lock_is_held_across_a_client_round_trip_only_by_commits_that_read_under_it(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """``held_across_client`` counts the commits whose writers' lock was held while the answer
+    to their first read travelled to the client and their next statements came back (what
+    ``benchmarks.pg_scale`` reports as "read under lock"): a commit on what the process knows
+    sends everything at once and is not counted; the first commit and a stale one's second
+    run (reading what is stored) are."""
+    url = pg_schemas.url(tmp_path)
+    ours = PostgresBackend(url, tables=("a",))
+    other = PostgresBackend(url, tables=("a",))
+    try:
+        ours.run_write(lambda txn: txn.append("a", b"k1", b"1"))  # knows nothing yet: reads
+        assert (ours.held_across_client, ours.commits, ours.stale) == (1, 1, 0)
+        ours.run_write(lambda txn: txn.append("a", b"k2", b"2"))  # one round trip
+        ours.run_write(lambda txn: txn.append("a", b"k3", b"3"))
+        assert (ours.held_across_client, ours.commits, ours.stale) == (1, 3, 0)
+        other.run_write(lambda txn: txn.append("a", b"k4", b"4"))
+        ours.run_write(lambda txn: txn.append("a", b"k5", b"5"))  # stale: runs again, reading
+        assert (ours.held_across_client, ours.commits, ours.stale) == (2, 4, 1)
+        ours.run_write(lambda txn: txn.append("a", b"k6", b"6"))  # knows again: one trip
+        ours.run_write(lambda txn: txn.append("a", b"k7", b"7"))
+        assert (ours.held_across_client, ours.commits, ours.stale) == (2, 6, 1)
+        assert ours.held_client_s > 0.0
+        with ours.read() as r:
+            assert [k for k, _ in r.scan("a")] == [b"k%d" % i for i in range(1, 8)]
+    finally:
+        ours.close()
+        other.close()
+
+
 def test_a_commit_cut_before_its_id_came_back_is_resolved_by_its_row(
     pg_schemas: PgSchemas, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
