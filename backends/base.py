@@ -148,6 +148,11 @@ class WriteTxn(ReadTxn):
         for key, value in pairs:
             self.append(table, key, value)
 
+    def discard(self, table: str, key: bytes) -> None:
+        """:meth:`delete` without telling whether the key was there: a server backend sends
+        it with the transaction's other writes, not as a round trip of its own."""
+        self.delete(table, key)
+
     def delete_prefix(self, table: str, prefix: bytes) -> int:
         keys = [k for k, _ in self.scan_prefix(table, prefix)]
         for k in keys:

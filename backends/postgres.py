@@ -792,6 +792,18 @@ class _PgWrite(_PgRead, WriteTxn):
             del self._last[table]
         return gone
 
+    def discard(self, table: str, key: bytes) -> None:
+        """Queued with the other writes (one statement, no round trip of its own)."""
+        self._pre.pop(table, None)  # a prefetched value may be stale now
+        self._sql(table)
+        if not isinstance(key, bytes) or not key or len(key) > POSTGRES_KEY_BYTES_MAX:
+            return
+        self.touched.add(table)
+        self._batch.delete(table, key)
+        self.seen[table, key] = None
+        if self._last.get(table) == key:
+            del self._last[table]
+
     def delete_prefix(self, table: str, prefix: bytes) -> int:
         self._pre.pop(table, None)  # a prefetched value may be stale now
         s = self._sql(table)

@@ -500,6 +500,22 @@ class BackendContract:
             assert got[0] == [None, b"one"]
             assert sorted(got[1]) == [(b"Laaa", b"A"), (b"Lbbb", b""), (b"Lzzz", b"Z")]
 
+    def test_discard_deletes_with_the_other_writes(self, backend: Backend) -> None:
+        """``discard`` is ``delete`` without an answer: a write after it wins, it wins over a
+        write before it, and a discarded absent key is no error."""
+        self._fill(backend, "a", [b"k1", b"k2", b"k3"])
+        with backend.write() as w:
+            w.discard("a", b"k1")
+            w.put("a", b"k2", b"new")
+            w.discard("a", b"k2")
+            w.discard("a", b"k3")
+            w.put("a", b"k3", b"again")
+            w.discard("a", b"nope")
+            assert w.get("a", b"k1") is None
+            assert w.get_many("a", [b"k2", b"k3"]) == [None, b"again"]
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"k3", b"again")]
+
     def test_delete_prefix(self, backend: Backend) -> None:
         self._fill(backend, "a", _PREFIX_KEYS)
         with backend.write() as w:

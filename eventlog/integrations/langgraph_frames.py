@@ -258,7 +258,8 @@ def _split_apart(
             links.append((seq, b))
         out.append((ch, tuple(links)))
     kkey = latest_blobs_key(tkey)
-    raw_k = txn.get(LATEST, kkey)
+    # no c row, no k row: drop_latest deletes them together (a first put reads no more)
+    raw_k = None if prev is None else txn.get(LATEST, kkey)
     named = set(split_links(raw_k))
     ids = [link_id(sid, seq, ch) for seq, ch in apart]
     old: dict[tuple[int, str], bytes] | None = None
@@ -278,6 +279,8 @@ def _split_apart(
     row = encode_links(ids)
     if raw_k != row and (raw_k is not None or ids):
         txn.put(LATEST, kkey, row)  # (an empty one rather than a delete: no round trip)
+        for lid in named.difference(ids):  # no longer the newest checkpoint's: gone
+            txn.discard(LATEST, LINK_PREFIX + lid)
     return tuple(out), tuple(apart)
 
 

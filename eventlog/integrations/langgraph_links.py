@@ -9,17 +9,21 @@ TOAST copy of it on PostgreSQL at every put, 148 MB over 1,000 steps of a growin
 - a **data row** per link, ``b"d" + u64 sid + u64 seq + 8-byte digest of the channel`` ->
   ``s16(channel) + codec byte + bytes`` (zstd when that is smaller): the data of the blob that
   frame ``seq`` of the stream stores for the channel, immutable as the frame is; written
-  when the link first leaves a ``c`` row, deleted with the thread;
+  once, when the link is first kept apart, and deleted once, when the link row stops naming
+  it (a new keyframe, the next delta), with the ``c`` row or with the thread;
 - the **link row**, ``b"k" + s16(thread_id) + ns`` -> a zero byte, then the 24 bytes after
   the ``b"d"`` of each data row the ``c`` row's ``apart`` names: small, rewritten when
   ``apart`` changes. A reader fetches the ``c`` and ``w`` rows and the data rows the link row
   names in one statement (:meth:`backends.base.ReadTxn.get_many_linked`: a join on
   PostgreSQL, one round trip).
 
-Invariant: every key a link row names is a data row (both are written in one transaction,
-and data rows outlive link rows). Logs written before these rows kept the data itself in the
-``k`` row (:class:`LatestBlobs`, whose first byte is never zero): read as naming no row, so
-readers fall back until the next put moves the data into data rows.
+Invariant: the data rows of a stream are those its link row names (both are written in one
+transaction; a deletion is queued with the other writes, ``WriteTxn.discard``, so on
+PostgreSQL it costs no round trip; what it leaves behind is a dead row the server's vacuum
+reclaims, once, where a rewritten growing row left one per put). Logs written before these
+rows kept the data itself in the ``k`` row (:class:`LatestBlobs`, whose first byte is never
+zero): read as naming no row, so readers fall back until the next put moves the data into
+data rows.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from eventlog.integrations.langgraph_links import (
     LINK_WIDTH,
     link_data,
     link_prefix,
+    split_links,
 )
 from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U16, U32, U64, U64X2, s16, utf8
 from eventlog.log import EventLog
@@ -317,11 +318,13 @@ def read_latest(
 
 
 def drop_latest(txn: WriteTxn, tkey: bytes) -> None:
-    """Drop a stream's ``c``, ``w`` and ``k`` rows (its data rows stay: they are immutable,
-    deleted with the thread, and a later link row may name them again)."""
-    txn.delete(LATEST, latest_key(tkey))
-    txn.delete(LATEST, latest_writes_key(tkey))
-    txn.delete(LATEST, latest_blobs_key(tkey))
+    """Drop a stream's ``c``, ``w`` and ``k`` rows and the data rows its ``k`` row names."""
+    kkey = latest_blobs_key(tkey)
+    for lid in split_links(txn.get(LATEST, kkey)):
+        txn.discard(LATEST, LINK_PREFIX + lid)
+    txn.discard(LATEST, latest_key(tkey))
+    txn.discard(LATEST, latest_writes_key(tkey))
+    txn.discard(LATEST, kkey)
 
 
 def run_key(run_id: str, sid: int, checkpoint_id: str) -> bytes:
