@@ -641,6 +641,30 @@ def server_info(url: str) -> dict[str, Any]:
     return info
 
 
+def carry_over(payload: dict[str, Any], previous: Path, only: list[str]) -> None:
+    """A run of some sections (``--only``) keeps the others' results from the JSON it replaces,
+    each marked with the run it came from (the page says so), so rerunning one section does
+    not drop the figures of the rest."""
+    if set(only) == set(SECTIONS) or not previous.exists():
+        return
+    try:
+        prev = msgspec.json.decode(previous.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return
+    if not isinstance(prev, dict):
+        return
+    env = prev.get("environment") or {}
+    source = {
+        "command": prev.get("command"),
+        "timestamp_utc": env.get("timestamp_utc"),
+        "commit": ((env.get("git") or {}).get("commit") or "unknown")[:10],
+        "loadavg_before": prev.get("loadavg_before"),
+    }
+    for name in SECTIONS:
+        if name not in only and isinstance(prev.get(name), dict):
+            payload[name] = {"carried_from": source, **prev[name]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke sizes (under ~30 s)")
@@ -708,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     payload["environment"] = environment(
         durability="fsync and process, per table", data_dir=payload["server"]["data_directory"]
     )
+    carry_over(payload, Path(args.out), only)
     print()
     for line in verdicts(payload):
         print(line)

@@ -279,6 +279,18 @@ def markdown(payload: dict[str, Any], json_path: str) -> str:
         "workers >= 0.8x the lock-free table with 8, and >= ours with 1.",
         "",
     ]
+    carried = [
+        (n, payload[n]["carried_from"])
+        for n in ("linear", "growth", "instances", "workers")
+        if isinstance(payload.get(n), dict) and payload[n].get("carried_from")
+    ]
+    for name, src in carried:
+        lines += [
+            f"Section `{name}` was not rerun: its table is from an earlier run "
+            f"(`{src.get('command')}`, {src.get('timestamp_utc')}, commit {src.get('commit')}, "
+            f"load average {src.get('loadavg_before')} before).",
+            "",
+        ]
     for title, headers, rows, align in tables(payload):
         lines += [f"*{title}*", ""]
         lines += _md_table(headers, rows, align)

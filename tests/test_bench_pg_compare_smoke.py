@@ -66,3 +66,41 @@ def test_pg_compare_benchmark_quick(tmp_path: Path) -> None:
     assert again.count(SECTION_TITLE) == 1
     assert again.startswith("# Benchmarks\n\n## `replay`")
     assert again.endswith("\n## Later\n\nmore\n")
+
+
+def test_a_run_of_some_sections_keeps_the_others_from_the_json_it_replaces(
+    tmp_path: Path,
+) -> None:
+    """``--only`` keeps the sections it did not run from the previous JSON, marked with the
+    run they came from, and the page says so; a section it ran is not carried over."""
+    from benchmarks.pg_compare import carry_over  # noqa: PLC0415
+
+    prev = tmp_path / "pg_compare.json"
+    prev.write_text(
+        json.dumps(
+            {
+                "command": "python -m benchmarks.pg_compare --doc",
+                "environment": {"timestamp_utc": "then", "git": {"commit": "abcdef0123456789"}},
+                "loadavg_before": [1.0, 1.0, 1.0],
+                "growth": {"ratio_growth": 2.9},
+                "workers": {"rows": "old"},
+            }
+        ),
+        encoding="utf-8",
+    )
+    payload: dict[str, object] = {"growth": {"ratio_growth": 0.2}}
+    carry_over(payload, prev, ["linear", "growth"])
+    assert payload["growth"] == {"ratio_growth": 0.2}
+    assert payload["workers"] == {
+        "carried_from": {
+            "command": "python -m benchmarks.pg_compare --doc",
+            "timestamp_utc": "then",
+            "commit": "abcdef0123",
+            "loadavg_before": [1.0, 1.0, 1.0],
+        },
+        "rows": "old",
+    }
+    assert "instances" not in payload  # not in the previous run either
+    whole: dict[str, object] = {}
+    carry_over(whole, prev, ["linear", "growth", "instances", "workers"])
+    assert whole == {}  # a full run carries nothing over
