@@ -303,6 +303,29 @@ def test_no_put_rewrites_a_large_latest_row_on_postgres(pg_schemas: Any, tmp_pat
         check_no_large_rewrite(s, "growing", 2 * store.KEYFRAME_EVERY)
 
 
+def test_verify_reports_a_data_row_the_link_row_does_not_name(saver: CkptlogSaver) -> None:
+    t = Thread(saver, "t", growing_state())
+    for _ in range(8):
+        t.put()
+    assert saver.verify().ok
+    rows = dict(latest_rows(saver))
+    raw_c = rows[store.latest_key(store.thread_key("t", ""))]
+    sid = msgspec.msgpack.decode(raw_c, type=store.LatestRow).sid
+    stray = store.link_key(sid, 1, "items")
+    assert stray not in rows
+
+    def tamper(txn: Any) -> None:
+        txn.put(store.LATEST, stray, b"\x00\x05items\x00junk")
+
+    saver.log.backend.run_write(tamper)
+    report = saver.verify()
+    assert not report.ok
+    assert any("data rows its link row does not name" in p.detail for p in report.problems)
+    views.rebuild(saver.log)
+    assert saver.verify().ok
+    assert stray not in dict(latest_rows(saver))
+
+
 def test_a_latest_row_from_before_data_rows_falls_back_and_moves(saver: CkptlogSaver) -> None:
     """A ``k`` row written before data rows held the links' data itself: readers read it as
     naming no data row (so they fall back), and the next put moves what it carries over

@@ -263,6 +263,7 @@ def _split_apart(
     named = set(split_links(raw_k))
     ids = [link_id(sid, seq, ch) for seq, ch in apart]
     old: dict[tuple[int, str], bytes] | None = None
+    new: list[tuple[int, str, bytes, bytes]] = []
     for (seq, ch), lid in zip(apart, ids, strict=True):
         if lid in named:
             continue  # its data row is there (a link row names only rows that are)
@@ -272,7 +273,9 @@ def _split_apart(
                 old = old_latest_blobs(raw_k) or {}
             data = old.get((seq, ch))
             if data is None:
-                return None
+                return None  # (before writing anything: no data row is left unnamed)
+        new.append((seq, ch, lid, data))
+    for seq, ch, lid, data in new:
         dkey = LINK_PREFIX + lid
         if seq == at or txn.get(LATEST, dkey) is None:  # rows of this put's seq are new
             txn.put(LATEST, dkey, encode_link_data(ch, data))
