@@ -100,6 +100,24 @@ class ReadTxn(abc.ABC):
     def count(self, table: str) -> int:
         return sum(1 for _ in self.scan(table))
 
+    def get_many_linked(
+        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+    ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
+        """What :meth:`get_many` returns for ``keys``, and the rows the row ``link`` names:
+        its value is a zero byte then keys of ``width`` bytes, each stored as ``prefix`` + it
+        (another first byte: it names none). The named rows come as ``(key, value)`` pairs,
+        in no particular order, those absent left out (one statement where the backend is a
+        server: the lookup of the named rows is joined to the row naming them)."""
+        found = self.get_many(table, [*keys, link])
+        raw = found.pop()
+        named: list[tuple[bytes, bytes]] = []
+        if raw and raw[0] == 0 and width > 0:
+            refs = [prefix + raw[i : i + width] for i in range(1, len(raw) - width + 1, width)]
+            for k, v in zip(refs, self.get_many(table, refs), strict=True):
+                if v is not None:
+                    named.append((k, v))
+        return found, named
+
 
 class WriteTxn(ReadTxn):
     """A read transaction that can also change tables; atomic on commit."""
@@ -129,6 +147,11 @@ class WriteTxn(ReadTxn):
         check_ascending(table, self.last_key(table), pairs)
         for key, value in pairs:
             self.append(table, key, value)
+
+    def discard(self, table: str, key: bytes) -> None:
+        """:meth:`delete` without telling whether the key was there: a server backend sends
+        it with the transaction's other writes, not as a round trip of its own."""
+        self.delete(table, key)
 
     def delete_prefix(self, table: str, prefix: bytes) -> int:
         keys = [k for k, _ in self.scan_prefix(table, prefix)]
@@ -164,6 +187,14 @@ class Backend(abc.ABC):
         server one statement, so one round trip, where a read transaction takes three."""
         with self.read() as txn:
             return txn.get_many(table, keys)
+
+    def get_many_linked_now(
+        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+    ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
+        """:meth:`ReadTxn.get_many_linked` as a transaction of its own (one statement, one
+        round trip, on a server)."""
+        with self.read() as txn:
+            return txn.get_many_linked(table, keys, link, prefix, width)
 
     def add_tables(self, tables: Iterable[str], *, create: bool) -> tuple[str, ...]:
         """Make more tables usable after opening (a materialized view's, found in an existing

@@ -233,6 +233,7 @@ class _Sql:
         "get_many",
         "ident",
         "last",
+        "linked",
         "scans",
     )
 
@@ -245,6 +246,15 @@ class _Sql:
 
         self.get = r("SELECT v FROM {t} WHERE k = %b")
         self.get_many = r("SELECT k, v FROM {t} WHERE k = ANY(%b::bytea[])")
+        # get_many_linked: the rows asked for, then those the link row names, joined in the
+        # statement (its value: a zero byte, then keys of a width, each stored after a prefix)
+        self.linked = r(
+            "SELECT k, v, false FROM {t} WHERE k = ANY(%b::bytea[]) UNION ALL "
+            "SELECT d.k, d.v, true FROM {t} AS r "
+            "CROSS JOIN LATERAL generate_series(2, length(r.v) - %b::int + 1, %b::int) AS i "
+            "JOIN {t} AS d ON d.k = %b::bytea || substring(r.v FROM i FOR %b::int) "
+            "WHERE r.k = %b AND substring(r.v FROM 1 FOR 1) = '\\x00'::bytea"
+        )
         self.last = r("SELECT k FROM {t} ORDER BY k DESC LIMIT 1")
         self.count = r("SELECT count(*) FROM {t}")
         self.delete = r("DELETE FROM {t} WHERE k = %b")
@@ -331,6 +341,18 @@ class _PgRead(ReadTxn):
         ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
         found: dict[bytes, bytes] = dict(self._q(s.get_many, (_bytea_array(ok),)))
         return [found.get(k) for k in keys]
+
+    def get_many_linked(
+        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+    ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
+        """One statement: the lookup of the rows ``link`` names is joined to it."""
+        s = self._readable(table)
+        if s is None:
+            return [None] * len(keys), []
+        ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
+        rows = self._q(s.linked, (_bytea_array(ok), width, width, prefix, width, link))
+        found = {bytes(k): v for k, v, named in rows if not named}
+        return [found.get(k) for k in keys], [(bytes(k), v) for k, v, named in rows if named]
 
     def scan(
         self,
@@ -769,6 +791,18 @@ class _PgWrite(_PgRead, WriteTxn):
         if gone and self._last.get(table) == key:
             del self._last[table]
         return gone
+
+    def discard(self, table: str, key: bytes) -> None:
+        """Queued with the other writes (one statement, no round trip of its own)."""
+        self._pre.pop(table, None)  # a prefetched value may be stale now
+        self._sql(table)
+        if not isinstance(key, bytes) or not key or len(key) > POSTGRES_KEY_BYTES_MAX:
+            return
+        self.touched.add(table)
+        self._batch.delete(table, key)
+        self.seen[table, key] = None
+        if self._last.get(table) == key:
+            del self._last[table]
 
     def delete_prefix(self, table: str, prefix: bytes) -> int:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -1484,6 +1518,20 @@ class PostgresBackend(Backend):
             raise
         self._give_back(conn)
         return rows
+
+    def get_many_linked_now(
+        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+    ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
+        """One statement on an idle reader (autocommit: the statement is its transaction)."""
+        self._check()
+        conn = self._reader()
+        try:
+            got = _PgRead(conn, self).get_many_linked(table, keys, link, prefix, width)
+        except BaseException:
+            conn.close()
+            raise
+        self._give_back(conn)
+        return got
 
     def write(self, before_lock: Callable[[WriteTxn], None] | None = None) -> _WriteScope:
         self._check()

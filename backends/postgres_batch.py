@@ -9,7 +9,8 @@ building the cursor, dumping, the pipeline's communication) was most of the save
 
     WITH w0 AS (INSERT INTO t0 (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[])
                 ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v),
-         w1 AS (INSERT INTO t1 (k, v) SELECT * FROM unnest($3::bytea[], $4::bytea[])), ...
+         w1 AS (INSERT INTO t1 (k, v) SELECT * FROM unnest($3::bytea[], $4::bytea[])),
+         w2 AS (DELETE FROM t2 WHERE k = ANY($5::bytea[])), ...
     SELECT 1 / (<assertion> AND <assertion> ...)::int
 
 Its data-modifying ``WITH`` clauses always run to completion, and every part of the statement
@@ -21,8 +22,10 @@ exists fails its plain ``INSERT`` (``unique_violation``): either fails the state
 transaction runs again reading for real, as before.
 
 One statement may not change a row twice, so the writes are folded per key first: the last
-value wins (as the statements in order would have left it), and a key written both ways is
-upserted. Keys are checked by the caller (non-empty, at most 511 bytes).
+value wins (as the statements in order would have left it), a key written both ways is
+upserted, and a deletion (``WriteTxn.discard``, which needs no answer) replaces the writes of
+its key before it, as a write after it replaces it. Keys are checked by the caller
+(non-empty, at most 511 bytes).
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def bytea_array(items: Iterable[bytes | bytearray | memoryview | None]) -> Bytea
 class Batch:
     """Assertions and writes queued by one write transaction since its last statement."""
 
-    __slots__ = ("checks", "expects", "inserts", "upserts")
+    __slots__ = ("checks", "deletes", "expects", "inserts", "upserts")
 
     def __init__(self) -> None:
         # table -> key -> the value assumed (None: absent)
@@ -79,9 +82,10 @@ class Batch:
         # table -> key -> value; plain INSERT (rows assumed new) or upsert
         self.inserts: dict[str, dict[bytes, bytes]] = {}
         self.upserts: dict[str, dict[bytes, bytes]] = {}
+        self.deletes: dict[str, dict[bytes, None]] = {}  # table -> keys deleted, in order
 
     def __bool__(self) -> bool:
-        return bool(self.expects or self.checks or self.inserts or self.upserts)
+        return bool(self.expects or self.checks or self.inserts or self.upserts or self.deletes)
 
     def expect(self, table: str, key: bytes, value: bytes | None) -> None:
         self.expects.setdefault(table, {})[key] = value
@@ -92,8 +96,21 @@ class Batch:
     def expect_last(self, table: str, key: bytes | None) -> None:
         self.checks.append(("last", table, (key,)))
 
+    def delete(self, table: str, key: bytes) -> None:
+        """Queue the deletion of ``key``: it replaces a write of it queued before."""
+        for queued in (self.upserts.get(table), self.inserts.get(table)):
+            if queued:
+                queued.pop(key, None)
+        self.deletes.setdefault(table, {})[key] = None
+
     def write(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
         """Queue ``rows``; ``new``: assumed absent, written by a plain ``INSERT``."""
+        deletes = self.deletes.get(table)
+        if deletes:
+            for k in rows:
+                if k in deletes:  # deleted, then written: the write, as an upsert
+                    del deletes[k]
+                    new = False
         upserts = self.upserts.get(table)
         if new:
             if upserts:
@@ -119,6 +136,7 @@ class Batch:
         return (
             tuple(self.upserts),
             tuple(self.inserts),
+            tuple(t for t, keys in self.deletes.items() if keys),
             tuple(self.expects),
             tuple((kind, table) for kind, table, _ in self.checks),
         )
@@ -128,6 +146,7 @@ class Batch:
         for rows in itertools.chain(self.upserts.values(), self.inserts.values()):
             out.append(bytea_array(rows))
             out.append(bytea_array(rows.values()))
+        out.extend(bytea_array(keys) for keys in self.deletes.values() if keys)
         for assumed in self.expects.values():
             out.append(bytea_array(assumed))
             out.append(bytea_array(assumed.values()))
@@ -139,12 +158,13 @@ class Batch:
 def render(signature: tuple[Any, ...], ident: dict[str, str]) -> str:
     """The statement of a batch of ``signature`` (:meth:`Batch.signature`); ``ident``: each
     table's quoted ``schema."name"``."""
-    upserts, inserts, expects, checks = signature
+    upserts, inserts, deletes, expects, checks = signature
     rows = "INSERT INTO {} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[])"
     writes = [
         rows.format(ident[t]) + " ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v" for t in upserts
     ]
     writes += [rows.format(ident[t]) for t in inserts]
+    writes += [f"DELETE FROM {ident[t]} WHERE k = ANY(%b::bytea[])" for t in deletes]
     conds = [
         "NOT EXISTS (SELECT 1 FROM unnest(%b::bytea[], %b::bytea[]) AS e(k, v) "
         f"WHERE (SELECT r.v FROM {ident[t]} AS r WHERE r.k = e.k) IS DISTINCT FROM e.v)"

@@ -471,6 +471,51 @@ class BackendContract:
             r.prefetch("a", [b"k2"])
             assert r.get("a", b"k2") == b"changed"
 
+    def test_get_many_linked_reads_the_rows_a_link_row_names(self, backend: Backend) -> None:
+        """``get_many_linked``: the rows asked for, and the rows whose keys are the prefix plus
+        each fixed-width piece of the link row after its zero byte (absent ones left out; a
+        link row with another first byte, or none, names nothing), in a read transaction, in
+        a write transaction and as a transaction of its own."""
+
+        def fn(txn: WriteTxn) -> None:
+            txn.put("a", b"c1", b"one")
+            txn.put("a", b"L", b"\x00" + b"aaa" + b"zzz" + b"bbb")
+            txn.put("a", b"Laaa", b"A")
+            txn.put("a", b"Lbbb", b"")
+            txn.put("a", b"old", b"\x91aaa")
+
+        backend.run_write(fn)
+        want = ([b"one", None], [(b"Laaa", b"A"), (b"Lbbb", b"")])
+        with backend.read() as r:
+            got = r.get_many_linked("a", [b"c1", b"c2"], b"L", b"L", 3)
+            assert (got[0], sorted(got[1])) == want
+            assert r.get_many_linked("a", [b"c1"], b"old", b"L", 3) == ([b"one"], [])
+            assert r.get_many_linked("a", [b"c1"], b"none", b"L", 3) == ([b"one"], [])
+            assert r.get_many_linked("b", [b"c1"], b"L", b"L", 3) == ([None], [])
+        got = backend.get_many_linked_now("a", [b"c1", b"c2"], b"L", b"L", 3)
+        assert (got[0], sorted(got[1])) == want
+        with backend.write() as w:
+            w.put("a", b"Lzzz", b"Z")
+            got = w.get_many_linked("a", [b"c2", b"c1"], b"L", b"L", 3)
+            assert got[0] == [None, b"one"]
+            assert sorted(got[1]) == [(b"Laaa", b"A"), (b"Lbbb", b""), (b"Lzzz", b"Z")]
+
+    def test_discard_deletes_with_the_other_writes(self, backend: Backend) -> None:
+        """``discard`` is ``delete`` without an answer: a write after it wins, it wins over a
+        write before it, and a discarded absent key is no error."""
+        self._fill(backend, "a", [b"k1", b"k2", b"k3"])
+        with backend.write() as w:
+            w.discard("a", b"k1")
+            w.put("a", b"k2", b"new")
+            w.discard("a", b"k2")
+            w.discard("a", b"k3")
+            w.put("a", b"k3", b"again")
+            w.discard("a", b"nope")
+            assert w.get("a", b"k1") is None
+            assert w.get_many("a", [b"k2", b"k3"]) == [None, b"again"]
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"k3", b"again")]
+
     def test_delete_prefix(self, backend: Backend) -> None:
         self._fill(backend, "a", _PREFIX_KEYS)
         with backend.write() as w:

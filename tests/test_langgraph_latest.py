@@ -237,24 +237,130 @@ def test_the_latest_rows_follow_every_change(saver: CkptlogSaver, kind: str) -> 
     assert saver.verify().ok
 
 
-def test_a_put_rewrites_the_keyframe_row_only_when_its_keyframe_changes(
-    saver: CkptlogSaver,
-) -> None:
-    """The 64 KiB state: the ``c`` row holds the patch, the keyframe's data is in the ``k``
-    row, which a put rewrites only when it stores a new keyframe."""
-    t = Thread(saver, "t", large_state())
+def growing_state() -> Callable[[int], dict[str, Any]]:
+    """A list that grows by a 300-byte message a step: its value outgrows ``INLINE_MAX``
+    within a few steps and keeps growing (a chat thread's messages)."""
+    rng = random.Random(11)
+    items: list[Any] = []
+
+    def state(i: int) -> dict[str, Any]:
+        nonlocal items
+        text = "".join(rng.choice("abcdefgh ") for _ in range(300))
+        items = [*items, {"i": i, "text": text}]
+        return {"items": items, "n": i}
+
+    return state
+
+
+def check_no_large_rewrite(saver: CkptlogSaver, kind: str, puts: int) -> dict[bytes, bytes]:
+    """Puts ``puts`` checkpoints; after each, every ``lg_latest`` row that changed value is
+    small (under ``2 * INLINE_MAX``: the ``c``, ``w`` and ``k`` rows), no data row changed
+    (one may be deleted) and the data rows are those the ``k`` row names; ``get_tuple``
+    latest equals the read by id. Returns the last rows."""
+    t = Thread(saver, "t", {"large": large_state, "growing": growing_state}[kind]())
     tkey = store.thread_key("t", "")
-    rewrites, last = 0, None
-    for _ in range(3 * store.KEYFRAME_EVERY):
+    before: dict[bytes, bytes] = {}
+    for _ in range(puts):
         t.put()
         rows = dict(latest_rows(saver))
+        for key, value in before.items():
+            if rows.get(key) == value:
+                continue
+            if key[:1] == b"d":
+                assert key not in rows, "a data row changed"  # (deleted once, when unlinked)
+                continue
+            assert len(value) < 2 * store.INLINE_MAX, f"a {len(value)}-byte row was rewritten"
+            assert len(rows.get(key, b"")) < 2 * store.INLINE_MAX
         assert len(rows[store.latest_key(tkey)]) < 2 * store.INLINE_MAX
-        k = rows[store.latest_blobs_key(tkey)]
-        assert len(k) > DOC_BYTES
-        rewrites += k != last
-        last = k
-        same_as_by_id(saver, "t")
-    assert rewrites <= 4  # the first keyframe and one every KEYFRAME_EVERY + 1 puts
+        link_row = rows.get(store.latest_blobs_key(tkey), b"")
+        assert len(link_row) < 2 * store.INLINE_MAX
+        named = {b"d" + link_row[i : i + 24] for i in range(1, len(link_row), 24)}
+        assert {k for k in rows if k[:1] == b"d"} == named
+        before = rows
+    same_as_by_id(saver, "t")
+    tup = CkptlogSaver(saver.log).get_tuple(conf("t"))  # a reader that kept nothing
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == t.last
+    assert saver.verify().ok
+    return before
+
+
+@pytest.mark.parametrize("kind", ["large", "growing"])
+def test_no_put_rewrites_a_large_latest_row(saver: CkptlogSaver, kind: str) -> None:
+    """Issue #27's storage regression: the data of the newest checkpoint's large links (a
+    64 KiB keyframe, a growing list's keyframe and delta) is in data rows written once; a put
+    rewrites only the small ``c``, ``w`` and ``k`` rows. (A row rewritten with the growing
+    value left a dead TOAST copy on PostgreSQL at every put.)"""
+    puts = 3 * store.KEYFRAME_EVERY
+    rows = check_no_large_rewrite(saver, kind, puts)
+    data = [v for k, v in rows.items() if k[:1] == b"d"]
+    assert data, "the large links' data is in data rows"
+    assert len(data) <= 2  # the keyframe's, and a delta's over INLINE_MAX
+
+
+def test_no_put_rewrites_a_large_latest_row_on_postgres(pg_schemas: Any, tmp_path: Path) -> None:
+    with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as s:
+        check_no_large_rewrite(s, "growing", 2 * store.KEYFRAME_EVERY)
+
+
+def test_verify_reports_a_data_row_the_link_row_does_not_name(saver: CkptlogSaver) -> None:
+    t = Thread(saver, "t", growing_state())
+    for _ in range(8):
+        t.put()
+    assert saver.verify().ok
+    rows = dict(latest_rows(saver))
+    raw_c = rows[store.latest_key(store.thread_key("t", ""))]
+    sid = msgspec.msgpack.decode(raw_c, type=store.LatestRow).sid
+    stray = store.link_key(sid, 1, "items")
+    assert stray not in rows
+
+    def tamper(txn: Any) -> None:
+        txn.put(store.LATEST, stray, b"\x00\x05items\x00junk")
+
+    saver.log.backend.run_write(tamper)
+    report = saver.verify()
+    assert not report.ok
+    assert any("data rows its link row does not name" in p.detail for p in report.problems)
+    views.rebuild(saver.log)
+    assert saver.verify().ok
+    assert stray not in dict(latest_rows(saver))
+
+
+def test_a_latest_row_from_before_data_rows_falls_back_and_moves(saver: CkptlogSaver) -> None:
+    """A ``k`` row written before data rows held the links' data itself: readers read it as
+    naming no data row (so they fall back), and the next put moves what it carries over
+    into data rows."""
+    t = Thread(saver, "t", large_state())
+    for _ in range(3):
+        t.put()
+    tkey = store.thread_key("t", "")
+    got = store.read_latest(saver.log.backend, tkey)
+    assert got is not None
+    lr = got[0]
+    links = {(s, b.channel): b.data for _, chain in lr.values for s, b in chain}
+    raw_c = dict(latest_rows(saver))[store.latest_key(tkey)]
+    apart = msgspec.msgpack.decode(raw_c, type=store.LatestRow).apart
+    assert apart
+    old_k = msgspec.msgpack.encode(
+        store.LatestBlobs(tuple((s, ch, links[s, ch]) for s, ch in apart))
+    )
+
+    def as_before(txn: Any) -> None:
+        txn.delete_prefix(store.LATEST, store.LINK_PREFIX)
+        txn.put(store.LATEST, store.latest_blobs_key(tkey), old_k)
+
+    saver.log.backend.run_write(as_before)
+    assert store.read_latest(saver.log.backend, tkey) is None  # readers fall back
+    reader = CkptlogSaver(saver.log)
+    tup = reader.get_tuple(conf("t"))
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == t.last
+    t.put(channels={"n"})  # the doc's chain is carried over: its data from the old k row
+    rows = dict(latest_rows(saver))
+    assert rows[store.latest_blobs_key(tkey)][:1] == b"\x00"
+    assert any(k[:1] == b"d" for k in rows)
+    assert store.read_latest(saver.log.backend, tkey) is not None
+    same_as_by_id(CkptlogSaver(saver.log), "t")
     assert saver.verify().ok
 
 
@@ -303,7 +409,7 @@ def test_a_log_without_latest_rows_falls_back_and_its_next_put_writes_them(
         cid = str(uuid6(clock_seq=999))
         saver.put(latest.config, ckpt(values, versions, cid), {"step": 999}, {"n": versions["n"]})
         kinds = {key[:1] for key, _ in latest_rows(saver)}
-        assert {b"c", b"w"} <= kinds <= {b"c", b"w", b"k"}  # k: data of its large links
+        assert {b"c", b"w"} <= kinds <= {b"c", b"w", b"k", b"d"}  # k, d: its large links
         seen = frames_read(monkeypatch)
         tup = CkptlogSaver(saver.log).get_tuple(conf("old"))
         assert tup is not None

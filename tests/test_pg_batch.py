@@ -98,6 +98,43 @@ def test_a_row_written_twice_in_one_statement_keeps_the_last_value(
         backend.close()
 
 
+def test_a_discard_goes_in_the_statement_and_folds_with_the_writes(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``discard`` is queued with the writes: no statement (no round trip) of its own; a
+    write of the key before it is dropped, one after it wins (as an upsert)."""
+    backend = _open(pg_schemas, tmp_path, durability="process")
+    try:
+        backend.run_write(
+            lambda t: (
+                t.append("log", b"\x01", b"f1"),
+                t.put_many("a", [(b"d1", b"1"), (b"d2", b"2"), (b"d3", b"3")]),
+            )
+        )
+
+        def commit(txn: WriteTxn) -> None:
+            assert txn.get("a", b"d1") == b"1"  # known: asserted
+            txn.discard("a", b"d1")
+            txn.put("a", b"d2", b"changed")
+            txn.discard("a", b"d2")
+            txn.discard("a", b"d3")
+            txn.put_many("a", [(b"d3", b"back"), (b"d4", b"new")])
+            assert txn.get("a", b"d1") is None
+
+        sent = _statements(backend, commit, monkeypatch)
+        assert len(sent) == 4, sent  # BEGIN, the lock, one statement, COMMIT
+        assert sent[2].startswith("WITH ")
+        assert "DELETE FROM" in sent[2]
+        assert backend.stale == 0
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"d3", b"back"), (b"d4", b"new")]
+        backend.run_write(lambda t: t.discard("a", b"d4"))  # reading for real too
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"d3", b"back")]
+    finally:
+        backend.close()
+
+
 @pytest.mark.parametrize("what", ["changed", "created", "range", "last", "inserted"])
 def test_an_assumption_another_writer_broke_runs_the_transaction_again(
     pg_schemas: PgSchemas, tmp_path: Path, what: str

@@ -32,6 +32,14 @@ from eventlog.integrations.langgraph_blobs import (
     Pending,
     full_blob,
 )
+from eventlog.integrations.langgraph_links import (
+    LINK_PREFIX,
+    encode_link_data,
+    encode_links,
+    link_id,
+    old_latest_blobs,
+    split_links,
+)
 from eventlog.integrations.langgraph_rows import (
     BLOBS,
     CHECKPOINTS,
@@ -40,7 +48,6 @@ from eventlog.integrations.langgraph_rows import (
     READS,
     THREADS,
     WRITES,
-    LatestBlobs,
     LatestRow,
     LatestWrites,
     Serde,
@@ -51,7 +58,6 @@ from eventlog.integrations.langgraph_rows import (
     checkpoint_key,
     decode_latest,
     drop_latest,
-    latest_blobs,
     latest_blobs_key,
     latest_checkpoint,
     latest_key,
@@ -202,7 +208,7 @@ def keep_latest(
     except CheckpointError:  # a frame it would read is damaged: readers fall back (and fail)
         drop_latest(txn, tkey)
         return
-    split = _split_apart(txn, tkey, values, prev)
+    split = _split_apart(txn, tkey, sid, seq, values, prev)
     if split is None:  # a kept keyframe's data is gone from the k row: readers fall back
         drop_latest(txn, tkey)
         return
@@ -219,11 +225,18 @@ def keep_latest(
 
 
 def _split_apart(
-    txn: WriteTxn, tkey: bytes, values: list[tuple[str, Chain]], prev: LatestRow | None
+    txn: WriteTxn,
+    tkey: bytes,
+    sid: int,
+    at: int,
+    values: list[tuple[str, Chain]],
+    prev: LatestRow | None,
 ) -> tuple[tuple[tuple[str, Chain], ...], tuple[tuple[int, str], ...]] | None:
     """``values`` with the data of links over ``INLINE_MAX`` bytes taken out, and those links
-    (``apart``); writes the ``k`` row holding their data when they are not the previous
-    row's (a new keyframe), else leaves it. ``None`` when data it needs is not at hand."""
+    (``apart``). Writes a data row for each that has none yet (a link of this put, at ``at``,
+    or one a fallback read) and the ``k`` link row naming them when they changed: only small
+    rows are ever rewritten (:mod:`eventlog.integrations.langgraph_links`). ``None`` when data
+    it needs is not at hand (then the rows are dropped: readers fall back)."""
     was = prev.apart if prev is not None else ()
     carried = set(was)
     fresh: dict[tuple[int, str], bytes] = {}
@@ -245,16 +258,32 @@ def _split_apart(
             links.append((seq, b))
         out.append((ch, tuple(links)))
     kkey = latest_blobs_key(tkey)
-    if tuple(apart) != tuple(was):
-        if not apart:
-            txn.delete(LATEST, kkey)
-        else:
-            need = [k for k in apart if k not in fresh]
-            old = latest_blobs(txn.get(LATEST, kkey)) if need else {}
-            if old is None or any(k not in old for k in need):
-                return None
-            data = [(k[0], k[1], fresh[k] if k in fresh else old[k]) for k in apart]
-            txn.put(LATEST, kkey, _enc.encode(LatestBlobs(tuple(data))))
+    # no c row, no k row: drop_latest deletes them together (a first put reads no more)
+    raw_k = None if prev is None else txn.get(LATEST, kkey)
+    named = set(split_links(raw_k))
+    ids = [link_id(sid, seq, ch) for seq, ch in apart]
+    old: dict[tuple[int, str], bytes] | None = None
+    new: list[tuple[int, str, bytes, bytes]] = []
+    for (seq, ch), lid in zip(apart, ids, strict=True):
+        if lid in named:
+            continue  # its data row is there (a link row names only rows that are)
+        data = fresh.get((seq, ch))
+        if data is None:  # carried over from a row written before data rows: its k row
+            if old is None:
+                old = old_latest_blobs(raw_k) or {}
+            data = old.get((seq, ch))
+            if data is None:
+                return None  # (before writing anything: no data row is left unnamed)
+        new.append((seq, ch, lid, data))
+    for seq, ch, lid, data in new:
+        dkey = LINK_PREFIX + lid
+        if seq == at or txn.get(LATEST, dkey) is None:  # rows of this put's seq are new
+            txn.put(LATEST, dkey, encode_link_data(ch, data))
+    row = encode_links(ids)
+    if raw_k != row and (raw_k is not None or ids):
+        txn.put(LATEST, kkey, row)  # (an empty one rather than a delete: no round trip)
+        for lid in named.difference(ids):  # no longer the newest checkpoint's: gone
+            txn.discard(LATEST, LINK_PREFIX + lid)
     return tuple(out), tuple(apart)
 
 

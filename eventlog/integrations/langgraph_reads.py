@@ -384,11 +384,11 @@ class SaverReads(BaseCheckpointSaver[str]):
         ns: str,
         lr: LatestRow,
         pending: list[tuple[str, LgWrite]],
-        raw_k: bytes | None,
+        raw_k: list[tuple[bytes, bytes]] | None,
     ) -> _Read | None:
         """The read of the ``lg_latest`` rows: each chain as the saver kept its bytes, else
-        with its ``apart`` links' data from the ``k`` row (decoded only then); ``None`` when
-        that lacks some (then the other tables)."""
+        with its ``apart`` links' data from the data rows read with it (decoded only then);
+        ``None`` when one is missing (then the other tables)."""
         apart = set(lr.apart)
         kept: dict[tuple[int, str], bytes] | None = None
         chains: list[tuple[str, Chain]] = []

@@ -22,6 +22,13 @@ from eventlog.frames import (
     LgWrite,
     LgWrites,
 )
+from eventlog.integrations.langgraph_links import (
+    LINK_PREFIX,
+    LINK_WIDTH,
+    link_data,
+    link_prefix,
+    split_links,
+)
 from eventlog.layout import LOG, STREAM_NAMES, STREAMS, U16, U32, U64, U64X2, s16, utf8
 from eventlog.log import EventLog
 from projections.langgraph import (
@@ -84,14 +91,9 @@ class LatestRow(msgspec.Struct, frozen=True, array_like=True):
     values: tuple[tuple[str, tuple[tuple[int, LgBlob], ...]], ...]
     apart: tuple[tuple[int, str], ...] = ()
     """``(seq, channel)`` of the chain links stored without their data (more than
-    ``INLINE_MAX`` bytes: a keyframe, a large value), which the ``k`` row holds
-    (:class:`LatestBlobs`), so a put whose keyframe is unchanged rewrites only small rows."""
-
-
-class LatestBlobs(msgspec.Struct, frozen=True, array_like=True):
-    """The data of a latest row's ``apart`` links: ``(seq, channel, data)``, in their order."""
-
-    blobs: tuple[tuple[int, str, bytes], ...]
+    ``INLINE_MAX`` bytes: a keyframe, a large value, a long delta), which data rows hold
+    (:mod:`eventlog.integrations.langgraph_links`, named by the ``k`` row), so no put
+    rewrites a large row."""
 
 
 class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
@@ -118,7 +120,6 @@ class ReadRow(msgspec.Struct, frozen=True, array_like=True):
 _dec_latest = msgspec.msgpack.Decoder(LatestRow)
 _dec_read = msgspec.msgpack.Decoder(ReadRow)
 _dec_latest_writes = msgspec.msgpack.Decoder(LatestWrites)
-_dec_latest_blobs = msgspec.msgpack.Decoder(LatestBlobs)
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -254,21 +255,17 @@ def decode_latest(raw: bytes) -> LatestRow | None:
         return None
 
 
-def latest_blobs(raw: bytes | None) -> dict[tuple[int, str], bytes] | None:
-    if raw is None:
-        return None
-    try:
-        return {(s, ch): d for s, ch, d in _dec_latest_blobs.decode(raw).blobs}
-    except msgspec.DecodeError:
-        return None
+def latest_blobs(rows: list[tuple[bytes, bytes]] | None) -> dict[tuple[int, str], bytes] | None:
+    """``(seq, channel) -> data`` of the data rows a read fetched with the ``c`` row."""
+    return None if rows is None else link_data(rows)
 
 
-def hydrate(lr: LatestRow, raw_k: bytes | None) -> LatestRow | None:
-    """``lr`` with its ``apart`` links' data filled in from the ``k`` row (``apart`` empty),
-    ``None`` when the ``k`` row lacks one."""
+def hydrate(lr: LatestRow, linked: list[tuple[bytes, bytes]] | None) -> LatestRow | None:
+    """``lr`` with its ``apart`` links' data filled in from the data rows ``linked``
+    (``apart`` empty), ``None`` when one is missing."""
     if not lr.apart:
         return lr
-    kept = latest_blobs(raw_k)
+    kept = latest_blobs(linked)
     if kept is None:
         return None
     apart = set(lr.apart)
@@ -289,38 +286,45 @@ def hydrate(lr: LatestRow, raw_k: bytes | None) -> LatestRow | None:
 
 def read_latest_parts(
     txn: ReadTxn | Backend, tkey: bytes
-) -> tuple[LatestRow, LatestWrites | None, bytes | None] | None:
+) -> tuple[LatestRow, LatestWrites | None, list[tuple[bytes, bytes]]] | None:
     """The ``lg_latest`` rows of a stream as stored: the ``c`` row (its ``apart`` links without
-    their data), the ``w`` row, the ``k`` row's bytes (one round trip; given a backend, in a
-    transaction of their own); ``None`` when the ``c`` row is absent."""
-    keys = [latest_key(tkey), latest_writes_key(tkey), latest_blobs_key(tkey)]
+    their data), the ``w`` row, and the data rows the ``k`` row names (``(key, value)``), in
+    one statement (given a backend, a transaction of its own: one round trip); ``None`` when
+    the ``c`` row is absent."""
+    keys = [latest_key(tkey), latest_writes_key(tkey)]
+    link = latest_blobs_key(tkey)
     try:
         if isinstance(txn, Backend):
-            raw, raw_w, raw_k = txn.get_many_now(LATEST, keys)
+            got = txn.get_many_linked_now(LATEST, keys, link, LINK_PREFIX, LINK_WIDTH)
         else:
-            raw, raw_w, raw_k = txn.get_many(LATEST, keys)
+            got = txn.get_many_linked(LATEST, keys, link, LINK_PREFIX, LINK_WIDTH)
     except CheckpointError:  # a log opened read-only that never had the table
         return None
+    (raw, raw_w), linked = got
     lr = None if raw is None else decode_latest(raw)
     if lr is None:
         return None
-    return lr, None if raw_w is None else _dec_latest_writes.decode(raw_w), raw_k
+    return lr, None if raw_w is None else _dec_latest_writes.decode(raw_w), linked
 
 
 def read_latest(
     txn: ReadTxn | Backend, tkey: bytes
 ) -> tuple[LatestRow, LatestWrites | None] | None:
-    """:func:`read_latest_parts` with the ``c`` row's data filled in from the ``k`` row
-    (``None`` also when the ``k`` row lacks some)."""
+    """:func:`read_latest_parts` with the ``c`` row's data filled in from the data rows
+    (``None`` also when one is missing)."""
     got = read_latest_parts(txn, tkey)
     lr = None if got is None else hydrate(got[0], got[2])
     return None if lr is None or got is None else (lr, got[1])
 
 
 def drop_latest(txn: WriteTxn, tkey: bytes) -> None:
-    txn.delete(LATEST, latest_key(tkey))
-    txn.delete(LATEST, latest_writes_key(tkey))
-    txn.delete(LATEST, latest_blobs_key(tkey))
+    """Drop a stream's ``c``, ``w`` and ``k`` rows and the data rows its ``k`` row names."""
+    kkey = latest_blobs_key(tkey)
+    for lid in split_links(txn.get(LATEST, kkey)):
+        txn.discard(LATEST, LINK_PREFIX + lid)
+    txn.discard(LATEST, latest_key(tkey))
+    txn.discard(LATEST, latest_writes_key(tkey))
+    txn.discard(LATEST, kkey)
 
 
 def run_key(run_id: str, sid: int, checkpoint_id: str) -> bytes:
@@ -491,6 +495,7 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
             txn.delete_prefix(CHECKPOINTS, k)
             txn.delete_prefix(READS, k)
             txn.delete_prefix(LATEST, keyframe_prefix(sid))
+            txn.delete_prefix(LATEST, link_prefix(sid))
             txn.delete_prefix(BLOBS, k)
             txn.delete_prefix(WRITES, k)
             txn.delete(THREADS, tkey)

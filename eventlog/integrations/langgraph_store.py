@@ -18,15 +18,17 @@ frames built here. Streams: one per ``(thread_id, checkpoint_ns)``, keyed
 - ``lg_latest``: ``b"c" + s16(thread_id) + ns`` -> :class:`LatestRow` (the newest checkpoint
   with its channel values resolved: what ``get_tuple`` latest returns but the writes) and
   ``b"w" + s16(thread_id) + ns`` -> :class:`LatestWrites` (the writes stored against it),
-  ``b"k" + s16(thread_id) + ns`` -> :class:`LatestBlobs` (the data of the ``c`` row's links
-  over ``INLINE_MAX`` bytes, its ``apart``: rewritten only when they change, a new keyframe);
-  and per stream ``b"f" + sid + seq + channel`` -> ``s16(serde type) + bytes``: the raw
+  ``b"k" + s16(thread_id) + ns`` -> the link row naming the data rows of the ``c`` row's
+  links over ``INLINE_MAX`` bytes (its ``apart``), and per stream ``b"d" + sid + seq +
+  digest(channel)`` -> those data rows, written once (:mod:`.langgraph_links`: no put
+  rewrites a large row, and a read fetches them with the ``c`` row in one statement); and
+  per stream ``b"f" + sid + seq + channel`` -> ``s16(serde type) + bytes``: the raw
   (uncompressed) bytes of a keyframe over ``INLINE_MAX`` bytes that replaces a patch (the
   channel is patched), written with the frame's rows (:func:`apply_rows`, so ``rebuild``
-  writes them again) and deleted with the thread, so a read of a patch against it decompresses
-  no frame. All are optional: a reader falls back to the other tables when they are absent (logs
-  written before them, after a removal or a copy, after ``rebuild``); the next put writes
-  them again.
+  writes them again) and deleted with the thread, so a read of a patch against it
+  decompresses no frame. All are optional: a reader falls back to the other tables when they
+  are absent (logs written before them, after a removal or a copy, after ``rebuild``); the
+  next put writes them again.
 
 Writing: :func:`plan_blob` picks, in the caller, the cheapest blob for a channel's new version
 (full, append of a list's new elements, or zstd patch) from what this process remembers of the
@@ -88,6 +90,12 @@ from eventlog.integrations.langgraph_frames import (
     keep_latest,
     keep_latest_writes,
 )
+from eventlog.integrations.langgraph_links import (
+    LINK_PREFIX,
+    LatestBlobs,
+    link_key,
+    link_prefix,
+)
 from eventlog.integrations.langgraph_rows import (
     BLOBS,
     CHAIN_RATIO,
@@ -108,7 +116,6 @@ from eventlog.integrations.langgraph_rows import (
     THREADS,
     VIEW_TABLES,
     WRITES,
-    LatestBlobs,
     LatestRow,
     LatestWrites,
     ReadRow,
@@ -165,6 +172,7 @@ __all__ = [
     "INLINE_MAX",
     "KEYFRAME_EVERY",
     "LATEST",
+    "LINK_PREFIX",
     "MEMO_BYTES_MAX",
     "MEMO_ENTRIES_MAX",
     "PATCH_BASES_KEPT",
@@ -215,6 +223,8 @@ __all__ = [
     "latest_checkpoint",
     "latest_key",
     "latest_writes_key",
+    "link_key",
+    "link_prefix",
     "make_patch",
     "make_read_row",
     "materialize",

@@ -28,6 +28,7 @@ from eventlog.integrations.langgraph_frames import (
     keep_latest,
     keep_latest_writes,
 )
+from eventlog.integrations.langgraph_links import link_prefix, split_links
 from eventlog.integrations.langgraph_rows import (
     INLINE_MAX,
     LATEST,
@@ -42,6 +43,7 @@ from eventlog.integrations.langgraph_rows import (
     decode_keyframe,
     decode_read_row,
     keyframe_prefix,
+    latest_blobs_key,
     latest_writes_key,
     parse_stream_key,
     read_checkpoint_row,
@@ -275,10 +277,32 @@ def expected_latest(
     return latest, LatestWrites(cid, tuple(writes))
 
 
+def _verify_links(txn: ReadTxn, sid: int, tkey: bytes, name: str) -> list[Problem]:
+    """A stream's ``lg_latest`` data rows are exactly those its link row names."""
+    try:
+        held = {key[1:] for key, _ in txn.scan_prefix(LATEST, link_prefix(sid))}
+        named = set(split_links(txn.get(LATEST, latest_blobs_key(tkey))))
+    except CheckpointError:  # a log opened read-only that never had the table
+        return []
+    if held == named:
+        return []
+    return [
+        Problem(
+            "projection",
+            f"lg_latest holds {len(held - named)} data rows its link row does not name and "
+            f"lacks {len(named - held)} it names",
+            stream=name,
+        )
+    ]
+
+
 def _verify_latest(
     log: EventLog, txn: ReadTxn, sid: int, tkey: bytes, view: StreamView, name: str
 ) -> list[Problem]:
     """A stream's ``lg_latest`` rows, when present, against what its other tables say."""
+    problems = _verify_links(txn, sid, tkey, name)
+    if problems:
+        return problems
     got = read_latest(txn, tkey)
     if got is None:
         try:
