@@ -96,12 +96,28 @@ def section(payload: dict[str, Any]) -> str:
             lines.append(
                 f"  CPU per save {cpu['this'] * 1e6:.1f} against {cpu['other'] * 1e6:.1f} µs. "
                 f"The same with `--durability process` (no segment, no flush; "
-                f"{ab_p['rounds']} rounds): {ab_p['ratio_of_medians']:.2f}x, CPU per save "
+                f"{ab_p['rounds']} rounds, load "
+                f"{ab_p['environment'].get('loadavg_1_5_15')}): "
+                f"{ab_p['ratio_of_medians']:.2f}x, CPU per save "
                 f"{ab_p['cpu_medians']['this'] * 1e6:.1f} against "
-                f"{ab_p['cpu_medians']['other'] * 1e6:.1f} µs: what the fsync row loses, the "
-                "process row loses too, so it is CPU per save added on the save path since "
-                "71f971a (issues 22, 23), not the segment (whose commit path costs ~1.5 µs of "
-                "CPU a save in these batches), showing when the machine's two cores are shared."
+                f"{ab_p['cpu_medians']['other'] * 1e6:.1f} µs."
+            )
+        ir = next(
+            (
+                r["instructions_per_save"]
+                for r in (ab, ab_p)
+                if r and r.get("instructions_per_save")
+            ),
+            None,
+        )
+        if ir:
+            lines.append(
+                f'  Instructions per save (`--instructions`: callgrind, `"process"`, one '
+                f"commit per gather, so the same work in every run whatever the load): "
+                f"{ir['this']:,.0f} against {ir['other']:,.0f}, {ir['this'] / ir['other']:.3f}x "
+                "(target <= 1.0x): "
+                f"{_verdict(ir['this'] <= ir['other'])}. CPU time per save moves with the "
+                "load of the shared machine; the instruction count does not."
             )
     lines += [
         "",
