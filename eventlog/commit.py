@@ -102,11 +102,9 @@ class _Waiter:
 
     def set(self, value: Any) -> None:
         """Set the value once; later calls are ignored (only the committer sets it)."""
-        if self._set:
-            return
-        self._set = True
-        self.value = value
-        self._lock.release()
+        if not self._set:
+            self._set, self.value = True, value
+            self._lock.release()
 
     def wait(self, timeout: float) -> bool:
         """``True`` once the value is set, ``False`` after ``timeout`` seconds without it."""
@@ -421,10 +419,12 @@ class GroupCommit:
         """Append ``items`` in one transaction; returns the stream ids it created or looked
         up (kept once it commits: a stream's id never changes)."""
         w = _TxnWriter(self, txn, items)
+        known, tails = w.known, w.tails
         for it in items:
             it.result = None
-            sid, fresh = w.stream_id(it.stream)
-            tail = w.tail(sid, fresh)
+            known_sid = known.get(it.stream)  # (w.stream_id, w.tail inline for a known stream)
+            sid, fresh = (known_sid, False) if known_sid else w.stream_id(it.stream)
+            tail = tails.get(sid) or w.tail(sid, fresh)
             seq = tail[0] + 1
             if it.expect_seq is not None and it.expect_seq != seq:
                 it.result = SequenceConflict(

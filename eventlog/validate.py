@@ -327,21 +327,27 @@ class RecordChecker:
         returns what was seen of each of its fan-outs (for the writer's change detection)."""
         if isinstance(rec, (dict, list, tuple, str, bytes)) or rec is None:
             fail("record", "a CheckpointRecord (or an object with its attributes)", rec)
-        _attr(rec, "state", "record", "CheckpointRecord")  # (encoded by the caller)
-        check_str(
-            _attr(rec, "correlation_id", "record", "CheckpointRecord"), "record.correlation_id"
-        )
+        try:  # the common case inline (a save checks every record: no call per field)
+            _, cid, saved = rec.state, rec.correlation_id, rec.last_saved_at  # (state: encoded
+            parents, positions = rec.parent_states, rec.completed_positions  # by the caller)
+        except AttributeError:
+            for name in ("state", "correlation_id", "last_saved_at", "parent_states"):
+                _attr(rec, name, "record", "CheckpointRecord")  # raises, naming the first
+            positions = _attr(rec, "completed_positions", "record", "CheckpointRecord")
+        if type(cid) is not str:
+            check_str(cid, "record.correlation_id")
         schema = getattr(rec, "schema_version", "")
         if type(schema) is not str:
             check_str(schema, "record.schema_version")
-        check_float(
-            _attr(rec, "last_saved_at", "record", "CheckpointRecord"), "record.last_saved_at"
-        )
-        check_seq(_attr(rec, "parent_states", "record", "CheckpointRecord"), "record.parent_states")
-        positions = _attr(rec, "completed_positions", "record", "CheckpointRecord")
-        check_seq(positions, "record.completed_positions")
+        if type(saved) is not float:
+            check_float(saved, "record.last_saved_at")
+        if type(parents) not in _SEQ:
+            check_seq(parents, "record.parent_states")
+        if type(positions) not in _SEQ:
+            check_seq(positions, "record.completed_positions")
         progress = getattr(rec, "fan_out_progress", ())
-        check_seq(progress, "record.fan_out_progress")
+        if type(progress) not in _SEQ:
+            check_seq(progress, "record.fan_out_progress")
         with self._lock:
             old_positions, before = self._seen.get(invocation_id, ((), ()))
         # Positions the previous check saw, the same objects (a resume map that grows), are
