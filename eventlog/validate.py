@@ -309,6 +309,11 @@ def differing(new: list[Any], old: list[Any]) -> list[int]:
     return out
 
 
+_RECORD_FIELDS: Final = (
+    "state", "correlation_id", "last_saved_at", "parent_states", "completed_positions",
+)  # fmt: skip
+
+
 class RecordChecker:
     """Checks records before they are queued, remembering per invocation (the most recent
     ``entries_max``) the fan-out instances it checked, so that a save of a wide fan-out checks
@@ -327,13 +332,14 @@ class RecordChecker:
         returns what was seen of each of its fan-outs (for the writer's change detection)."""
         if isinstance(rec, (dict, list, tuple, str, bytes)) or rec is None:
             fail("record", "a CheckpointRecord (or an object with its attributes)", rec)
-        try:  # the common case inline (a save checks every record: no call per field)
-            _, cid, saved = rec.state, rec.correlation_id, rec.last_saved_at  # (state: encoded
-            parents, positions = rec.parent_states, rec.completed_positions  # by the caller)
-        except AttributeError:
-            for name in ("state", "correlation_id", "last_saved_at", "parent_states"):
-                _attr(rec, name, "record", "CheckpointRecord")  # raises, naming the first
-            positions = _attr(rec, "completed_positions", "record", "CheckpointRecord")
+        try:  # the common case inline (a save checks every record: no call per field); the
+            # state is only required here (the caller encodes it)
+            _, cid, saved = rec.state, rec.correlation_id, rec.last_saved_at
+            parents, positions = rec.parent_states, rec.completed_positions
+        except AttributeError:  # the first missing one, named
+            _, cid, saved, parents, positions = (
+                _attr(rec, name, "record", "CheckpointRecord") for name in _RECORD_FIELDS
+            )
         if type(cid) is not str:
             check_str(cid, "record.correlation_id")
         schema = getattr(rec, "schema_version", "")
