@@ -1033,8 +1033,10 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
             )
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        self._check_key(key)
-        self._txn.put(key, value, db=self._db(table))
+        if type(key) is not bytes or not 0 < len(key) <= self._max_key:
+            self._check_key(key)  # raises
+        dbs = self._dbs  # (inline: a put per row of every save)
+        self._txn.put(key, value, db=dbs[table] if table in dbs else self._db(table))
 
     def delete(self, table: str, key: bytes) -> bool:
         if not key:  # LMDB rejects an empty key; none can be stored anyway
@@ -1098,7 +1100,10 @@ class _LmdbLoggedWrite(_LmdbWrite):
         self.ops: list[tuple[str, bytes, bytes | None]] = []
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        super().put(table, key, value)
+        if type(key) is not bytes or not 0 < len(key) <= self._max_key:
+            self._check_key(key)  # raises
+        dbs = self._dbs  # (_LmdbWrite.put inline: a put per row of every durable save)
+        self._txn.put(key, value, db=dbs[table] if table in dbs else self._db(table))
         self.ops.append((table, key, bytes(value)))
 
     def delete(self, table: str, key: bytes) -> bool:

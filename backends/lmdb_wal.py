@@ -90,9 +90,18 @@ def _slot_bytes(generation: int, checkpoint: int, page_bytes: int) -> bytes:
     return head + struct.pack("<I", zlib.crc32(head))
 
 
+_last_read: tuple[bytes, Header | None] = (b"", None)  # the last slots read and what they hold
+
+
 def read_header(fd: int) -> Header | None:
-    """The current header slot, or ``None`` when neither is valid (a new, unused segment)."""
+    """The current header slot, or ``None`` when neither is valid (a new, unused segment).
+    Read at every durable commit: slots as last read (by any segment of the process: the
+    header is a function of the bytes) are not parsed again."""
+    global _last_read  # noqa: PLW0603 - one memo, replaced whole (threads see old or new)
     raw = os.pread(fd, 2048 + _SLOT.size, 0)
+    last = _last_read
+    if raw == last[0]:
+        return last[1]
     best: Header | None = None
     for i, off in enumerate(SLOTS):
         chunk = raw[off : off + _SLOT.size]
@@ -103,6 +112,7 @@ def read_header(fd: int) -> Header | None:
             continue
         if best is None or gen > best.generation:
             best = Header(gen, ckpt, psize, i)
+    _last_read = (raw, best)
     return best
 
 

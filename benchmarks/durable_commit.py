@@ -50,6 +50,13 @@ def _rec(i: int, size: int) -> CheckpointRecord:
     )  # fmt: skip
 
 
+def _written() -> int:
+    """Bytes this process has handed to ``write``/``pwrite`` so far (``/proc/self/io``
+    ``wchar``): what a commit writes into the page cache, which its flushes then put on disk."""
+    with open("/proc/self/io", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+
 def alternate_saves(d: Path, n: int, size: int) -> dict[str, float]:
     """Mean seconds per save of each store (total time over saves, as saves/s measures it),
     the stores taking turns save by save (so each sees the same moments of the device: its
@@ -79,21 +86,27 @@ def alternate_saves(d: Path, n: int, size: int) -> dict[str, float]:
         f"sqlite WAL FULL commit {size} B": sql,
     }
     times: dict[str, list[float]] = {k: [] for k in ops}
+    wrote = dict.fromkeys(ops, 0)
     names = list(ops)
     try:
         for name in names:
             ops[name](0)  # a process's first ckptlog commit checkpoints: not timed
         for i in range(1, n + 1):
             for name in names[i % len(names) :] + names[: i % len(names)]:
+                w = _written()
                 t = time.perf_counter()
                 ops[name](i)
                 times[name].append(time.perf_counter() - t)
+                wrote[name] += _written() - w
     finally:
         ours.close()
         ours_p.close()
         env.close()
         db.close()
-    return {k: sum(v) / len(v) for k, v in times.items()}
+    out = {k: sum(v) / len(v) for k, v in times.items()}
+    for k in (f"ckptlog save fsync {size} B", f"sqlite WAL FULL commit {size} B"):
+        out[f"{k} (bytes written)"] = wrote[k] / n
+    return out
 
 
 def _lg_checkpoint(i: int) -> tuple[Any, Any, Any, Any]:
@@ -128,6 +141,7 @@ def alternate_lg_puts(d: Path, n: int) -> dict[str, float]:
     savers = {name: _savers(d, name) for name in ("LmdbSaver", "SqliteSaver")}
     configs: dict[str, Any] = {}
     times: dict[str, list[float]] = {name: [] for name in savers}
+    wrote = dict.fromkeys(savers, 0)
     try:
         for name, saver in savers.items():
             config, cp, md, versions = _lg_checkpoint(0)
@@ -136,13 +150,17 @@ def alternate_lg_puts(d: Path, n: int) -> dict[str, float]:
             for name, saver in list(savers.items())[:: 1 if i % 2 else -1]:
                 _, cp, md, versions = _lg_checkpoint(i)
                 cp["id"] = f"{i:032d}"
+                w = _written()
                 t = time.perf_counter()
                 configs[name] = saver.put(configs[name], cp, md, versions)
                 times[name].append(time.perf_counter() - t)
+                wrote[name] += _written() - w
     finally:
         for saver in savers.values():
             _close(saver)
-    return {f"langgraph put {name}": sum(v) / len(v) for name, v in times.items()}
+    out = {f"langgraph put {name}": sum(v) / len(v) for name, v in times.items()}
+    out.update({f"langgraph put {name} (bytes written)": b / n for name, b in wrote.items()})
+    return out
 
 
 class _Count(TypedDict):
@@ -264,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         ["row", "median", "unit"],
         [
             [k, fmt_float(v if k.endswith(")") else v * 1e6, 3 if k.endswith("(s)") else 1),
-             "s" if k.endswith("(s)") else "saves/s" if k.endswith("(saves/s)") else "us/save"]
+             "s" if k.endswith("(s)") else "saves/s" if k.endswith("(saves/s)")
+             else "bytes/op" if k.endswith("(bytes written)") else "us/save"]
             for k, v in med.items()
         ],
         title=f"durable commits, median of {repeats} interleaved rounds, {n} saves a row",

@@ -1,13 +1,16 @@
 """Group commit, this tree against another checkout (issue 28): 1,000 concurrent async saves.
 
 ``python -m benchmarks.group_commit_ab --other PATH [--rounds N] [--saves N] [--durability D]
-[--out PATH]`` runs ``n`` concurrent ``Checkpointer.save`` calls (``"fsync"`` unless told, over
-50 invocations) in a fresh
-subprocess per run, alternating between this checkout and ``PATH`` (another checkout of
-ckptlog, e.g. a worktree of the commit before the write-ahead segment), the order flipped every
-round so both see the same moments of the device. Each child imports ckptlog from its tree
-(``PYTHONPATH``) and prints saves/s; the table shows the median of each and the ratio of the
-medians and of each round's pair. Writes JSON (``benchmarks/results/group_commit_ab.json``).
+[--out PATH] [--instructions]`` runs ``n`` concurrent ``Checkpointer.save`` calls (``"fsync"``
+unless told, over 50 invocations) in a fresh subprocess per run, alternating between this
+checkout and ``PATH`` (another checkout of ckptlog, e.g. a worktree of the commit before the
+write-ahead segment), the order flipped every round so both see the same moments of the
+device. Each child imports ckptlog from its tree (``PYTHONPATH``) and prints saves/s; the table
+shows the median of each and the ratio of the medians and of each round's pair, and the CPU
+time per save (all threads). ``--instructions`` also counts each tree's instructions per save
+under valgrind's callgrind (``"process"`` durability, where a ``gather`` of saves is one
+commit: the same work in every run, so the count holds on a busy machine where CPU time does
+not). Writes JSON (``benchmarks/results/group_commit_ab.json``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,50 @@ print(*asyncio.run(go()))
 """
 
 
+CHILD_ROUNDS = """
+import asyncio, sys
+from eventlog import CheckpointRecord, NodePosition
+from eventlog.checkpoints import Checkpointer
+
+n, rounds = int(sys.argv[2]), int(sys.argv[3])
+
+def rec(inv, k):
+    return CheckpointRecord(inv, "c", {"k": k}, (NodePosition((), "n", 0),), (), 2.0 + k)
+
+async def go():
+    cp = Checkpointer.open(sys.argv[1], durability="process")
+    try:
+        await cp.save("inv-0", rec("inv-0", -1))
+        for r in range(rounds):
+            async def one(k):
+                inv = f"inv-{k % 50}"
+                await cp.save(inv, rec(inv, k))
+            await asyncio.gather(*(one(k) for k in range(n)))
+    finally:
+        await cp.aclose()
+
+asyncio.run(go())
+"""
+
+
+def instructions_per_save(tree: Path, d: Path, n: int) -> float:
+    """Instructions per save (callgrind's count, all threads) of ``n`` concurrent async saves
+    at ``"process"`` durability (one commit per ``gather``, so the same work every run): a run
+    of three gathers less a run of one, over ``2 n``. Steady where CPU time is not (a shared
+    machine), and comparable between trees run the same way."""
+    counts = []
+    for rounds in (1, 3):
+        out = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+             "-c", CHILD_ROUNDS, str(d / f"ir-{rounds}"), str(n), str(rounds)],
+            env=dict(os.environ, PYTHONPATH=str(tree)), cwd=tree, check=True,
+            capture_output=True, text=True,
+        )  # fmt: skip
+        line = next(x for x in out.stderr.splitlines() if "Collected :" in x)
+        counts.append(int(line.split()[-1].replace(",", "")))
+    return (counts[1] - counts[0]) / (2 * n)
+
+
 def run_one(tree: Path, d: Path, n: int, durability: str) -> tuple[float, float]:
     """Saves per second and CPU seconds (all threads) per save of one run."""
     env = dict(os.environ, PYTHONPATH=str(tree))
@@ -74,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--saves", type=int, default=1000)
     ap.add_argument("--durability", default="fsync", choices=("fsync", "process"))
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per save of each tree under valgrind (process durability)",
+    )
     args = ap.parse_args(argv)
     trees = {"this": HERE, "other": Path(args.other).resolve()}
     rates: dict[str, list[float]] = {k: [] for k in trees}
@@ -85,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
                 rate, per_save = run_one(trees[name], d, args.saves, args.durability)
                 rates[name].append(rate)
                 cpu[name].append(per_save)
+        ir = (
+            {k: instructions_per_save(t, Path(tmp) / k, args.saves) for k, t in trees.items()}
+            if args.instructions
+            else None
+        )
         env = environment(durability=args.durability, data_dir=tmp)
     pairs = [a / b for a, b in zip(rates["this"], rates["other"], strict=True)]
     med = {k: median(v) for k, v in rates.items()}
@@ -104,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"\nthis / other: ratio of medians {med['this'] / med['other']:.2f}, "
           f"median of round ratios {median(pairs):.2f}, load {os.getloadavg()}")  # fmt: skip
+    if ir is not None:
+        print(f"instructions per save (process, callgrind): this {ir['this']:,.0f}, "
+              f"other {ir['other']:,.0f}, this / other {ir['this'] / ir['other']:.3f}")  # fmt: skip
     payload: dict[str, Any] = {
         "benchmark": "group_commit_ab",
         "saves": args.saves,
@@ -116,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_medians": cpu_med,
         "ratio_of_medians": med["this"] / med["other"],
         "median_round_ratio": median(pairs),
+        "instructions_per_save": ir,
         "environment": env,
     }
     write_json(args.out, payload)

@@ -190,11 +190,19 @@ class _HeadFrame(DeferredFrame):
             book = Book(done.seq, 0, done.stored_bytes)
         else:
             assert before_row is not None
-            book = _book_after(txn, sid, before_row, frame, done)
+            if frame.page is None and not before_row.paging_since:  # a plain save: book_after's
+                # first case, inline (the save path of every record, fan-outs or not)
+                book = Book(
+                    before_row.snapshot_seq, before_row.chain_bytes + done.stored_bytes,
+                    before_row.snapshot_bytes, 0, before_row.page_fid, before_row.page_next,
+                )  # fmt: skip
+            else:
+                book = _book_after(txn, sid, before_row, frame, done)
         row = write_save(
             txn, sid, before_row, frame, head, book=book, rows_written=self.rows_written()
         )
-        self.owner._layout_seen(done.stream, row)
+        if head.slots or before_row is None or before_row.layout:  # (else _row saw it: ())
+            self.owner._layout_seen(done.stream, row)
         self.owner._cache_put(done.stream, head)
 
 
@@ -202,9 +210,11 @@ class _Save(_HeadFrame):
     """A whole record (ours or openarmature's), stored as its delta against the head."""
 
     __slots__ = ("inc",)
+    own_stream_reads = True  # build and appended read the stream's own rows only
 
     def __init__(self, owner: CheckpointLog, inc: Incoming) -> None:
-        super().__init__(owner)
+        self.owner = owner  # (_HeadFrame.__init__, inline: one per save)
+        self.plan = None
         self.inc = inc
 
     def _delta(self, head: Head | None, stream: str) -> tuple[Save, Head]:

@@ -188,7 +188,7 @@ class CheckpointLog(HeadCache):
         self._runs: list[tuple[str, int]] = []  # (stream, first staged change) of each run
         self._staged_stream: object = None  # the stream of the last run
         self._staging = self._flush_every > 0 and log.flush_interval is None
-        log.stager = self._unstage
+        log.stager = self._unstage if self._staging else None  # (nothing is ever staged)
         log.txn_hooks = _Hooks(self)
 
     @classmethod
@@ -223,7 +223,8 @@ class CheckpointLog(HeadCache):
         stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
         if record is None or isinstance(record, (dict, list, tuple, str, bytes)):
             fail("record", "a CheckpointRecord (or an object with its attributes)", record)
-        record = materialized(record)  # a loaded record's lazy instances, as tuples
+        if (fans := getattr(record, "fan_out_progress", None)).__class__ is tuple and fans:
+            record = materialized(record)  # a loaded record's lazy instances, as tuples
         rec_id = getattr(record, "invocation_id", None)
         if rec_id != invocation_id:
             raise InvalidRecord(
@@ -543,9 +544,8 @@ class CheckpointLog(HeadCache):
         return record
 
     async def load_async(self, invocation_id: str) -> CheckpointRecord | None:
-        """:meth:`load` for a coroutine. A small record loads on the event loop's thread (the
-        read costs less than a thread hop); one with many positions or fan-out instances, or
-        a large state, loads on a worker thread, so the loop is never held for long."""
+        """:meth:`load` for a coroutine: a small record loads on the loop's thread (cheaper than
+        a thread hop), a big one (positions, instances, state) on a worker thread."""
         args.stream_id("invocation_id", invocation_id)
         record = self._load(invocation_id, INLINE_LOAD_ROWS_MAX)
         if isinstance(record, _TooBig):

@@ -89,9 +89,8 @@ the transaction it is given.
 
 
 class _Waiter:
-    """A one-shot result slot a blocked thread waits on: a pre-acquired lock the committer
-    releases. Cheaper than ``concurrent.futures.Future`` (no condition, no callbacks), which
-    matters when hundreds of threads each wait for their commit."""
+    """A one-shot result slot a blocked thread waits on (a pre-acquired lock the committer
+    releases): cheaper than a ``concurrent.futures.Future`` when hundreds of threads wait."""
 
     __slots__ = ("_lock", "_set", "value")
 
@@ -103,11 +102,9 @@ class _Waiter:
 
     def set(self, value: Any) -> None:
         """Set the value once; later calls are ignored (only the committer sets it)."""
-        if self._set:
-            return
-        self._set = True
-        self.value = value
-        self._lock.release()
+        if not self._set:
+            self._set, self.value = True, value
+            self._lock.release()
 
     def wait(self, timeout: float) -> bool:
         """``True`` once the value is set, ``False`` after ``timeout`` seconds without it."""
@@ -203,15 +200,10 @@ class GroupCommit:
         """The last buffered frame of ``stream`` when later values may join it
         (:meth:`DeferredFrame.add`), else ``None``."""
         buf = self._buffers.get(stream)
-        if buf:
-            last = buf[-1]
-            if (
-                last.effect is None
-                and last.expect_seq is None
-                and isinstance(last.frame, DeferredFrame)
-            ):
-                return last.frame
-        return None
+        last = buf[-1] if buf else None
+        if last is None or last.effect is not None or last.expect_seq is not None:
+            return None
+        return last.frame if isinstance(last.frame, DeferredFrame) else None
 
     def _drain_buffers_locked(self) -> None:
         self._unstage_locked()
@@ -427,10 +419,12 @@ class GroupCommit:
         """Append ``items`` in one transaction; returns the stream ids it created or looked
         up (kept once it commits: a stream's id never changes)."""
         w = _TxnWriter(self, txn, items)
+        known, tails = w.known, w.tails
         for it in items:
             it.result = None
-            sid, fresh = w.stream_id(it.stream)
-            tail = w.tail(sid, fresh)
+            known_sid = known.get(it.stream)  # (w.stream_id, w.tail inline for a known stream)
+            sid, fresh = (known_sid, False) if known_sid else w.stream_id(it.stream)
+            tail = tails.get(sid) or w.tail(sid, fresh)
             seq = tail[0] + 1
             if it.expect_seq is not None and it.expect_seq != seq:
                 it.result = SequenceConflict(
@@ -441,7 +435,8 @@ class GroupCommit:
                 continue
             deferred = it.frame if isinstance(it.frame, DeferredFrame) else None
             if deferred is not None:
-                w.write_pending()
+                if not deferred.own_stream_reads or sid in w.pending_sids:
+                    w.write_pending()
                 frame = deferred.build(txn, it.stream, sid, seq)
                 if frame is None:
                     continue  # nothing to append (e.g. deleting an unknown invocation)
@@ -453,7 +448,7 @@ class GroupCommit:
                 it.result = size  # nobody reads where it landed: only count it
                 continue
             done = Appended(it.stream, seq, gseq, checksum, size)
-            if deferred is not None or it.effect is not None:
+            if it.effect is not None or (deferred is not None and not deferred.own_stream_reads):
                 w.write_pending()
             if deferred is not None:
                 deferred.appended(txn, done)
@@ -533,8 +528,8 @@ class _TxnWriter:
     """The state of one write transaction of :meth:`EventLog._write`.
 
     Log and index rows are collected and written with one ``append_many`` / ``put_many``
-    each; :meth:`write_pending` runs before any deferred frame or effect, so those always see
-    the transaction as it stands.
+    each; :meth:`write_pending` runs before any deferred frame or effect (one that reads only
+    its stream's rows: when that stream has some pending), so those see the transaction.
     """
 
     def __init__(self, log: GroupCommit, txn: WriteTxn, items: Sequence[_Item] = ()) -> None:
@@ -547,6 +542,7 @@ class _TxnWriter:
         self.next_id: int | None = None
         self.log_rows: list[tuple[bytes, bytes]] = []
         self.index_rows: list[tuple[bytes, bytes]] = []
+        self.pending_sids: set[int] = set()  # the streams of log_rows
         # The log's end, read in this transaction (and what append_many checks against: a
         # backend may keep it, as the PostgreSQL one does, sparing a query per commit).
         item: tuple[bytes, bytes] | None = None
@@ -619,6 +615,7 @@ class _TxnWriter:
         gkey = U64.pack(gseq)
         self.log_rows.append((gkey, envelope))
         self.index_rows.append((U64X2.pack(sid, seq), gkey))
+        self.pending_sids.add(sid)
         self.tails[sid] = (seq, checksum)
         return gseq, checksum, len(envelope)
 
@@ -628,6 +625,7 @@ class _TxnWriter:
             self.txn.put_many(STREAMS, self.index_rows)
             self.log_rows.clear()
             self.index_rows.clear()
+            self.pending_sids.clear()
 
 
 class DeferredFrame:
@@ -635,6 +633,8 @@ class DeferredFrame:
 
     __slots__ = ()
     fast_compress = False  # compressed at zstd's fastest level (eventlog.codec.FAST_LEVEL)
+    own_stream_reads = False  # True: build and appended read no log or index row but their
+    # stream's, so the writer writes the rows pending only for a stream that has some there
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> Any:
         raise NotImplementedError

@@ -309,6 +309,11 @@ def differing(new: list[Any], old: list[Any]) -> list[int]:
     return out
 
 
+_RECORD_FIELDS: Final = (
+    "state", "correlation_id", "last_saved_at", "parent_states", "completed_positions",
+)  # fmt: skip
+
+
 class RecordChecker:
     """Checks records before they are queued, remembering per invocation (the most recent
     ``entries_max``) the fan-out instances it checked, so that a save of a wide fan-out checks
@@ -327,21 +332,28 @@ class RecordChecker:
         returns what was seen of each of its fan-outs (for the writer's change detection)."""
         if isinstance(rec, (dict, list, tuple, str, bytes)) or rec is None:
             fail("record", "a CheckpointRecord (or an object with its attributes)", rec)
-        _attr(rec, "state", "record", "CheckpointRecord")  # (encoded by the caller)
-        check_str(
-            _attr(rec, "correlation_id", "record", "CheckpointRecord"), "record.correlation_id"
-        )
+        try:  # the common case inline (a save checks every record: no call per field); the
+            # state is only required here (the caller encodes it)
+            _, cid, saved = rec.state, rec.correlation_id, rec.last_saved_at
+            parents, positions = rec.parent_states, rec.completed_positions
+        except AttributeError:  # the first missing one, named
+            _, cid, saved, parents, positions = (
+                _attr(rec, name, "record", "CheckpointRecord") for name in _RECORD_FIELDS
+            )
+        if type(cid) is not str:
+            check_str(cid, "record.correlation_id")
         schema = getattr(rec, "schema_version", "")
         if type(schema) is not str:
             check_str(schema, "record.schema_version")
-        check_float(
-            _attr(rec, "last_saved_at", "record", "CheckpointRecord"), "record.last_saved_at"
-        )
-        check_seq(_attr(rec, "parent_states", "record", "CheckpointRecord"), "record.parent_states")
-        positions = _attr(rec, "completed_positions", "record", "CheckpointRecord")
-        check_seq(positions, "record.completed_positions")
+        if type(saved) is not float:
+            check_float(saved, "record.last_saved_at")
+        if type(parents) not in _SEQ:
+            check_seq(parents, "record.parent_states")
+        if type(positions) not in _SEQ:
+            check_seq(positions, "record.completed_positions")
         progress = getattr(rec, "fan_out_progress", ())
-        check_seq(progress, "record.fan_out_progress")
+        if type(progress) not in _SEQ:
+            check_seq(progress, "record.fan_out_progress")
         with self._lock:
             old_positions, before = self._seen.get(invocation_id, ((), ()))
         # Positions the previous check saw, the same objects (a resume map that grows), are
