@@ -43,6 +43,10 @@ class _Pair(NamedTuple):
     y: int
 
 
+class _Key(str):
+    """A str subclass: as a dict key it makes the dict's referents its keys too."""
+
+
 @dataclasses.dataclass
 class _Point:
     x: int
@@ -58,6 +62,7 @@ RESULTS: list[Any] = [
     {"deep": [object()]}, 2**64, -(2**64), "\ud800",
     collections.OrderedDict(a=1), collections.defaultdict(int, b=2), _Pair(1, 2),
     _Point(1, 2), {"p": _Point(3, 4)}, msgspec.Raw(b"\x01"),
+    {_Name.A: 1}, {"a": 1, _Key("b"): 2}, {_Key("k"): "v"}, {"a": 1, 2: "b"}, {},
 ]  # fmt: skip
 
 
