@@ -119,10 +119,10 @@ from eventlog.records import (
 from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
     _SCALARS,
-    _STR,
     STATES,
     RecordChecker,
     _progress_encoder,
+    _referents,
     check_fan_out_key,
     check_instance_items,
     check_instance_save,
@@ -138,6 +138,7 @@ from projections.records import (
 )
 
 _encode_progress = _progress_encoder.encode
+_NO_POSITIONS: tuple[Any, ...] = ()  # the empty tuple (one object in CPython)
 
 
 class CheckpointLog(HeadCache):
@@ -282,36 +283,44 @@ class CheckpointLog(HeadCache):
             and cached[1] is namespace
             and cached[2] is lineage
             and self._staging
+            and progress.state.__class__ is str
+            and progress.state in STATES
+            and progress.result_is_error.__class__ is bool
+            and progress.completed_inner_positions is _NO_POSITIONS
         ):
-            state = progress.state
-            inner = progress.completed_inner_positions
-            if (
-                state.__class__ is str
-                and state in STATES
-                and progress.result_is_error.__class__ is bool
-                and inner.__class__ is tuple
-                and not inner
-            ):
-                try:  # quick_progress, inline
-                    raw = _encode_progress(progress)
-                except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
-                    raw = None
-                r = progress.result
-                c = r.__class__
-                if raw is not None and not (
-                    c in _SCALARS
+            r = progress.result
+            try:  # quick_progress, inline
+                raw = _encode_progress(progress)
+                if not (
+                    r.__class__ in _SCALARS
                     or (
-                        c is dict
-                        and _SCALARS.issuperset(map(type, r.values()))
-                        and _STR.issuperset(map(type, r))
+                        r.__class__ is dict
+                        and len(refs := _referents(r)) == len(r)
+                        and _SCALARS.issuperset(map(type, refs))
                     )
                 ):
                     raw = quick_progress(progress)  # the exact test (a typed decode)
-                if raw is not None:
-                    change = _InstanceChange(cached[3], index, progress, time.time(), raw)
-                    if self._stage(invocation_id, change):
-                        self.log.flush()
-                    return
+            except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
+                raw = None
+            if raw is not None:
+                change = _InstanceChange(cached[3], index, progress, time.time(), raw)
+                (lock := self._pending_lock).acquire()
+                try:  # _stage, inline
+                    if self._staging:
+                        if invocation_id is not self._staged_stream:
+                            self._runs.append((invocation_id, len(self._staged)))
+                            self._staged_stream = invocation_id
+                        self._staged.append(change)
+                        self._pending += 1
+                        if self._pending < self._flush_every:
+                            return
+                        self._pending = 0
+                        change = None
+                finally:
+                    lock.release()
+                if change is None or self._stage(invocation_id, change):
+                    self.log.flush()
+                return
         change = self._instance_change(
             invocation_id, fan_out_node_name, index, progress, namespace, lineage, saved_at
         )
@@ -325,17 +334,17 @@ class CheckpointLog(HeadCache):
         """Buffer one validated ``save_instance`` call; ``True`` when a flush is due."""
         with self._pending_lock:
             if self._staging:
-                staged = self._staged
                 if invocation_id is not self._staged_stream:
-                    self._runs.append((invocation_id, len(staged)))
+                    self._runs.append((invocation_id, len(self._staged)))
                     self._staged_stream = invocation_id
-                staged.append(change)
+                self._staged.append(change)
                 self._pending += 1
                 if self._pending < self._flush_every:
                     return False
                 self._pending = 0
                 return True
-        self.log.buffer_into(invocation_id, change, self._new_batch)  # raises if closed
+        new_batch = functools.partial(_InstanceSaves, self)
+        self.log.buffer_into(invocation_id, change, new_batch)  # raises if closed
         return self._count_pending()
 
     def _unstage(self, final: bool, last: Callable[[str], Any]) -> list[tuple[str, Any, int]]:
@@ -353,9 +362,6 @@ class CheckpointLog(HeadCache):
             self._staged, self._runs, self._staged_stream = [], [], None
         return staged_frames(self, staged, runs, last)
 
-    def _new_batch(self, change: _InstanceChange) -> _InstanceSaves:
-        return _InstanceSaves(self, change)
-
     def _instance_change(
         self,
         invocation_id: str,
@@ -369,29 +375,23 @@ class CheckpointLog(HeadCache):
         """Validate one ``save_instance`` call. The invocation id and the fan-out's name,
         namespace and lineage are checked once for a run of calls passing the same objects
         (as a loop over a fan-out's items does); each call's index and progress are checked."""
-        if (
+        cached = self._last_key
+        if (  # the common call, checked inline (the same checks, the same outcome)
             progress.__class__ is FanOutInstanceProgress
             and index.__class__ is int
             and 0 <= index < INDEX_END
             and invocation_id is self._last_stream
             and saved_at is None
-        ):  # the common call, checked inline (the same checks, the same outcome)
-            cached = self._last_key
-            state = progress.state
-            inner = progress.completed_inner_positions
-            if (
-                cached[0] is fan_out_node_name
-                and cached[1] is namespace
-                and cached[2] is lineage
-                and state.__class__ is str
-                and state in STATES
-                and progress.result_is_error.__class__ is bool
-                and inner.__class__ is tuple
-                and not inner
-            ):
-                raw = quick_progress(progress)
-                if raw is not None:
-                    return _InstanceChange(cached[3], index, progress, time.time(), raw)
+            and cached[0] is fan_out_node_name
+            and cached[1] is namespace
+            and cached[2] is lineage
+            and progress.state.__class__ is str
+            and progress.state in STATES
+            and progress.result_is_error.__class__ is bool
+            and progress.completed_inner_positions is _NO_POSITIONS
+            and (raw := quick_progress(progress)) is not None
+        ):
+            return _InstanceChange(cached[3], index, progress, time.time(), raw)
         key = self._fan_out_key(invocation_id, fan_out_node_name, namespace, lineage)
         check_instance_save(index, progress, saved_at)
         conv = progress if progress.__class__ is FanOutInstanceProgress else instance_from(progress)

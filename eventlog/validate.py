@@ -23,6 +23,7 @@ any instance it does write (:func:`check_instance`).
 from __future__ import annotations
 
 import collections
+import gc
 import operator
 import reprlib
 import threading
@@ -515,7 +516,9 @@ def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[b
             encode_progress(x, index)  # raises, naming the first that does not encode
         raise
     try:
-        same = list(map(_progress_decoder.decode, raws)) == progs
+        same = plain_results(list(map(_result, progs))) or (
+            list(map(_progress_decoder.decode, raws)) == progs
+        )
     except msgspec.DecodeError:
         same = False
     if not same:
@@ -540,7 +543,22 @@ def _item_check(k: int, index: Any, progress: Any) -> None:
 
 
 _SCALARS: Final = frozenset((str, int, float, bool, type(None)))
-_STR: Final = frozenset((str,))
+_SCALARS_DICT: Final = _SCALARS | {dict}
+_referents: Final = gc.get_referents
+
+
+def plain_results(results: list[Any]) -> bool:
+    """Whether every result is lossless at once, at C speed: a scalar, or a dict of exact
+    ``str`` keys and scalar values (what ``check_lossless`` clears at once). A dict's
+    referents are its values alone exactly when every key is an exact ``str``."""
+    kinds = set(map(type, results))
+    if not _SCALARS_DICT.issuperset(kinds):
+        return False
+    dicts = results if kinds == {dict} else [r for r in results if r.__class__ is dict]
+    if not dicts:
+        return True
+    refs = _referents(*dicts)
+    return len(refs) == sum(map(len, dicts)) and _SCALARS.issuperset(map(type, refs))
 
 
 def quick_progress(progress: FanOutInstanceProgress) -> bytes | None:
@@ -557,7 +575,7 @@ def quick_progress(progress: FanOutInstanceProgress) -> bytes | None:
     r = progress.result
     c = r.__class__
     if c in _SCALARS or (
-        c is dict and _SCALARS.issuperset(map(type, r.values())) and _STR.issuperset(map(type, r))
+        c is dict and len(refs := _referents(r)) == len(r) and _SCALARS.issuperset(map(type, refs))
     ):
         return raw
     try:

@@ -27,7 +27,7 @@ from eventlog.records import (
     FanOutInternalSaveBatching,
     FanOutProgress,
 )
-from eventlog.validate import check_instance_items, encode_progress, quick_progress
+from eventlog.validate import check_instance_items, encode_progress, plain_results, quick_progress
 
 
 class _Color(enum.IntEnum):
@@ -41,6 +41,10 @@ class _Name(enum.StrEnum):
 class _Pair(NamedTuple):
     x: int
     y: int
+
+
+class _Key(str):
+    """A str subclass: as a dict key it makes the dict's referents its keys too."""
 
 
 @dataclasses.dataclass
@@ -58,6 +62,7 @@ RESULTS: list[Any] = [
     {"deep": [object()]}, 2**64, -(2**64), "\ud800",
     collections.OrderedDict(a=1), collections.defaultdict(int, b=2), _Pair(1, 2),
     _Point(1, 2), {"p": _Point(3, 4)}, msgspec.Raw(b"\x01"),
+    {_Name.A: 1}, {"a": 1, _Key("b"): 2}, {_Key("k"): "v"}, {"a": 1, 2: "b"}, {},
 ]  # fmt: skip
 
 
@@ -116,3 +121,15 @@ def test_quick_progress_is_the_exact_encoding_of_plain_results(result: Any) -> N
         assert quick_progress(progress) is None
         return
     assert quick_progress(progress) in (None, exact)
+
+
+def test_plain_results_clears_only_exact_str_keys_and_scalar_values() -> None:
+    """``save_instances``' lossless test at C speed: a dict whose referents are not its values
+    alone (a key of another type, a str subclass included) or a value that is not a scalar
+    sends the whole call to the decode-back test."""
+    assert plain_results([{"a": 1, "b": None}, 2, None, "s", {}])
+    assert not plain_results([{"a": 1}, {_Key("b"): 2}])
+    assert not plain_results([{"a": 1}, {1: "int key"}])
+    assert not plain_results([{"a": (1,)}])
+    assert not plain_results([{"a": _Name.A}])
+    assert not plain_results([(1, 2)])
