@@ -38,8 +38,6 @@ from eventlog.frames import (
     LgWrites,
 )
 from eventlog.integrations.langgraph_store import (
-    CHECKPOINTS,
-    READS,
     WRITES,
     BlobReader,
     Chain,
@@ -57,9 +55,11 @@ from eventlog.integrations.langgraph_store import (
     read_checkpoint_row,
     read_latest_parts,
     read_row,
+    row_of_read,
     split_write_key,
     stream_id,
     stream_ids,
+    stream_rows,
     thread_key,
     write_rows,
     writes_prefix,
@@ -528,8 +528,9 @@ class SaverReads(BaseCheckpointSaver[str]):
     ) -> tuple[list[_Read], str | None]:
         """Up to ``n`` reads of one stream, newest first below ``before``, in one transaction,
         and where the next chunk starts (``None``: the stream is done). Per chunk: one scan of
-        its checkpoint rows, one ``get_many`` of their read rows, one range scan of their
-        writes (a round trip each on PostgreSQL)."""
+        its read rows (and one of its ``lg_checkpoints`` rows, which only checkpoints stored
+        before read rows replaced them have), one range scan of their writes (a round trip
+        each on PostgreSQL)."""
         serde = self.serde
         out: list[_Read] = []
         with self.log.backend.read() as txn:
@@ -545,33 +546,32 @@ class SaverReads(BaseCheckpointSaver[str]):
                 stop = checkpoint_key(sid, before) if before is not None else U64.pack(sid + 1)
             key = (tid, ns, sid)
             reader = self._reader(txn, sid, serde)
-            scan = txn.scan(CHECKPOINTS, start, stop, reverse=True)
+            scan = stream_rows(txn, sid, start, stop)
             last: str | None = None
             while len(out) < n:
                 want = n - len(out) if not filter else LIST_CHUNK
                 batch = list(islice(scan, want))
                 if not batch:
                     return out, None
-                picked: list[tuple[bytes, str, bytes]] = []
-                for k, raw in batch:
+                picked: list[tuple[str, bytes | None, bytes | None]] = []
+                for k, rraw, craw in batch:
                     cid = k[8:].decode("utf-8", "surrogatepass")
                     if filter:
-                        row = _dec_ckpt_row.decode(raw)
+                        row = row_of_read(rraw) if rraw is not None else _dec_ckpt_row.decode(craw)  # type: ignore[arg-type]
                         md = serde.loads_typed((row.metadata_type, row.metadata))
                         if not all(md.get(f) == v for f, v in filter.items()):
                             continue
-                    picked.append((k, cid, raw))
+                    picked.append((cid, rraw, craw))
                 last = batch[-1][0][8:].decode("utf-8", "surrogatepass")
                 if len(batch) < want:
                     last = None  # the stream is done
-                got = txn.get_many(READS, [k for k, _, _ in picked]) if picked else []
-                wrows = _chunk_writes(txn, sid, [cid for _, cid, _ in picked])
-                for (_, cid, raw), rraw in zip(picked, got, strict=True):
+                wrows = _chunk_writes(txn, sid, [cid for cid, _, _ in picked])
+                for cid, rraw, craw in picked:
                     w = wrows.get(cid, []) if wrows is not None else None
                     if rraw is not None:
                         out.append(self._from_row(key, cid, decode_read_row(rraw), reader, w))
                     else:  # stored before read rows
-                        read = self._read(key, cid, _dec_ckpt_row.decode(raw), reader)
+                        read = self._read(key, cid, _dec_ckpt_row.decode(craw), reader)  # type: ignore[arg-type]
                         if read is not None:
                             out.append(read)
                 if last is None:
