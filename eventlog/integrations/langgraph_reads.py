@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Final
 
@@ -75,9 +74,9 @@ _dec_write_row = msgspec.msgpack.Decoder(WriteRow)
 LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """A checkpoint tuple's parts as read in a transaction, not yet decoded."""
+class _Read(msgspec.Struct, frozen=True, gc=False):
+    """A checkpoint tuple's parts as read in a transaction, not yet decoded (not tracked by the
+    cyclic GC: it refers to no object that refers back to it; a page of ``list`` makes 64)."""
 
     key: tuple[str, str, int]
     cid: str
@@ -214,7 +213,7 @@ class SaverReads(BaseCheckpointSaver[str]):
                 chains.append((ch, reader.links(blob, seq)))
         return _Read(
             key, cid, rr.row, rr.checkpoint_type, rr.checkpoint, rr.versions, chains,
-            self._writes(reader, cid, wrows),
+            [] if wrows == [] else self._writes(reader, cid, wrows),
         )  # fmt: skip
 
     def _read(
@@ -276,12 +275,12 @@ class SaverReads(BaseCheckpointSaver[str]):
                 values[ch] = materialize(sid, chain, loads, self._patches, keep_head=read.latest)
         body["channel_values"] = values
         checkpoint: Checkpoint = body
-        return CheckpointTuple(
-            config=_config(tid, ns, read.cid),
-            checkpoint=checkpoint,
-            metadata=loads((row.metadata_type, row.metadata)),
-            parent_config=None if row.parent_id is None else _config(tid, ns, row.parent_id),
-            pending_writes=[(task, w.channel, loads((w.type, w.data))) for task, w in read.writes],
+        return CheckpointTuple(  # positional: the namedtuple's keyword form costs more
+            _config(tid, ns, read.cid),
+            checkpoint,
+            loads((row.metadata_type, row.metadata)),
+            None if row.parent_id is None else _config(tid, ns, row.parent_id),
+            [(task, w.channel, loads((w.type, w.data))) for task, w in read.writes],
         )
 
     @staticmethod

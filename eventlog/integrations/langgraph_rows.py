@@ -71,7 +71,7 @@ _dec_ckpt = msgspec.msgpack.Decoder(CkptRow)
 _dec_write = msgspec.msgpack.Decoder(WriteRow)
 
 
-class LatestRow(msgspec.Struct, frozen=True, array_like=True):
+class LatestRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """The newest checkpoint of a stream, ready to return: its row, body, versions and each
     channel's resolved chain (appends then one full blob; ``()``: the channel has no value)."""
 
@@ -88,20 +88,20 @@ class LatestRow(msgspec.Struct, frozen=True, array_like=True):
     (:class:`LatestBlobs`), so a put whose keyframe is unchanged rewrites only small rows."""
 
 
-class LatestBlobs(msgspec.Struct, frozen=True, array_like=True):
+class LatestBlobs(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """The data of a latest row's ``apart`` links: ``(seq, channel, data)``, in their order."""
 
     blobs: tuple[tuple[int, str, bytes], ...]
 
 
-class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
+class LatestWrites(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """The writes stored against ``checkpoint_id``: ``(task id, task path, write)``."""
 
     checkpoint_id: str
     writes: tuple[tuple[str, str, LgWrite], ...]
 
 
-class ReadRow(msgspec.Struct, frozen=True, array_like=True):
+class ReadRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A checkpoint as ``get_tuple`` / ``list`` read it, one row per checkpoint (``lg_reads``):
     its row, body and versions, and per channel that has a blob at its version (an empty one
     too) ``(channel, seq, blob)``: the seq of the frame holding that blob (the blob index's
