@@ -179,7 +179,7 @@ BLOB_APPEND = 2  # the list at frame ``base`` (same channel) + the list ``data``
 BLOB_PATCH = 3  # ``data`` is a zstd patch: dictionary = the full bytes of the blob at ``base``
 
 
-class LgBlob(msgspec.Struct, frozen=True, array_like=True):
+class LgBlob(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A channel's value at one version; ``base`` is a seq of this stream (0: none)."""
 
     channel: str
@@ -190,7 +190,7 @@ class LgBlob(msgspec.Struct, frozen=True, array_like=True):
     base: int = 0
 
 
-class LgWrite(msgspec.Struct, frozen=True, array_like=True):
+class LgWrite(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """One pending write; ``idx`` < 0 for special channels (LangGraph's WRITES_IDX_MAP)."""
 
     idx: int

@@ -36,7 +36,7 @@ from eventlog.frames import BLOB_APPEND, BLOB_PATCH, LgBlob, LgCheckpoint, LgRem
 _version_enc = msgspec.msgpack.Encoder()
 
 
-class CkptRow(msgspec.Struct, frozen=True, array_like=True):
+class CkptRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
     seq: int
     parent_id: str | None
     run_id: str | None
@@ -44,7 +44,7 @@ class CkptRow(msgspec.Struct, frozen=True, array_like=True):
     metadata: bytes
 
 
-class WriteRow(msgspec.Struct, frozen=True, array_like=True):
+class WriteRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
     seq: int
     pos: int
     task_path: str

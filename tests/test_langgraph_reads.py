@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
-import zstandard
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
@@ -361,23 +361,91 @@ def test_a_patch_reads_its_keyframe_from_its_raw_row_not_its_frame(
 
 
 @pytest.mark.parametrize("n", [0, 1, 5000, (128 << 10) - 1, 128 << 10, (300 << 10) + 7])
-def test_a_patch_applies_alike_through_a_chain_and_through_a_kept_decoder(n: int) -> None:
-    """``raw_frame`` decodes to its bytes; a patch met once (applied as a content dictionary
-    chain) and met again (a decoder with the base as dictionary) gives the same bytes; a patch
-    that does not apply is a CorruptFrame either way."""
+def test_a_patch_applies_alike_met_once_and_through_a_kept_decoder(n: int) -> None:
+    """A patch met once (a decoder built for it and dropped), met again (a decoder kept) and
+    kept gives the same bytes; a patch that does not apply is a CorruptFrame either way."""
     rng = random.Random(n)
     base = bytes(rng.randrange(256) for _ in range(n))
-    assert zstandard.ZstdDecompressor().decompress(blobs.raw_frame(base)) == base
     new = bytearray(base + b"tail")
     for i in range(0, n, 4096):
         new[i : i + 3] = b"xyz"
     patch = blobs.make_patch(base, bytes(new))
     patches = blobs.Patches(1 << 30)
     key = (1, 2, "doc")
-    assert patches.apply(key, base, patch) == new  # met once: the chain
-    assert patches.apply(key, base, patch) == new  # met again: a decoder of its own
+    assert patches.apply(key, base, patch) == new  # met once: a decoder for this patch
+    assert patches.apply(key, base, patch) == new  # met again: a decoder of its own, kept
     assert patches.apply(key, base, patch) == new  # kept
     with pytest.raises(CorruptFrame):
         blobs.Patches(1 << 30).apply(key, base, patch[:-3])  # truncated
     with pytest.raises(CorruptFrame):
         blobs.Patches(1 << 30).apply(key, base, b"not a zstd frame")
+
+
+def test_checkpoints_stored_before_read_rows_replaced_their_rows_read_alike(
+    lmdb_saver: LmdbSaver,
+) -> None:
+    """A put stores a checkpoint's read row only. A log may also hold checkpoints with an
+    ``lg_checkpoints`` row only (stored before read rows) or with both rows (stored before the
+    read row replaced the other): all of them read, list (in id order, merged), filter,
+    verify, are removed and stored again alike, and ``rebuild`` leaves read rows only."""
+    saver = lmdb_saver
+    ids, _ = build(saver, "t", 9, small_state())
+    build(saver, "u", 3, small_state())
+    want = {t.config["configurable"]["checkpoint_id"]: t for t in saver.list(conf("t"))}
+    sid = saver.log._ids[store.stream_key("t", "")]
+    with saver.log.backend.write() as txn:
+        assert not list(txn.scan(store.CHECKPOINTS))
+        for i, cid in enumerate(ids[:6]):
+            key = store.checkpoint_key(sid, cid)
+            raw = txn.get(store.READS, key)
+            assert raw is not None
+            txn.put(store.CHECKPOINTS, key, msgspec.msgpack.encode(store.row_of_read(raw)))
+            if i < 3:  # the oldest three: as stored before read rows existed
+                txn.delete(store.READS, key)
+    assert saver.verify().ok
+
+    def same(got: Any, cid: str) -> None:
+        assert got is not None
+        assert got.config == want[cid].config
+        assert got.checkpoint == want[cid].checkpoint
+        assert got.metadata == want[cid].metadata
+        assert got.parent_config == want[cid].parent_config
+        assert got.pending_writes == want[cid].pending_writes
+
+    listed = list(saver.list(conf("t")))
+    assert [t.config["configurable"]["checkpoint_id"] for t in listed] == ids[::-1]
+    for t in listed:
+        same(t, t.config["configurable"]["checkpoint_id"])
+    for cid in ids:
+        same(saver.get_tuple(conf("t", cid)), cid)
+    page = list(saver.list(conf("t"), before=conf("t", ids[5]), limit=4))
+    assert [t.config["configurable"]["checkpoint_id"] for t in page] == ids[4:0:-1]
+    assert [t.metadata["step"] for t in saver.list(conf("t"), filter={"step": 2})] == [2]
+    assert len(list(saver.list(None))) == 12  # every thread: merged by id
+    with saver.log.backend.write() as txn:  # the newest rows gone: latest reads the views
+        store.drop_latest(txn, store.thread_key("t", ""))
+    same(saver.get_tuple(conf("t")), ids[-1])
+    history = saver.get_delta_channel_history(config=conf("t", ids[4]), channels=["n"])
+    assert history["n"] == {"writes": [("task-3", "n", 4)], "seed": 3}  # its parent's
+    # Stored again (an old checkpoint's id): its read row replaces its lg_checkpoints row.
+    t2 = want[ids[1]]
+    saver.put(
+        conf("t", ids[0]), t2.checkpoint, t2.metadata, dict(t2.checkpoint["channel_versions"])
+    )
+    with saver.log.backend.read() as txn:
+        key = store.checkpoint_key(sid, ids[1])
+        assert txn.get(store.CHECKPOINTS, key) is None
+        assert txn.get(store.READS, key) is not None
+    assert saver.verify().ok
+    saver.delete_for_runs([])  # no run: nothing removed
+    saver.prune(["t"], strategy="keep_latest")
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(conf("t"))] == [ids[-1]]
+    assert saver.verify().ok
+    views.rebuild(saver.log)
+    with saver.log.backend.read() as txn:
+        assert not list(txn.scan(store.CHECKPOINTS))
+    assert saver.verify().ok
+    same(saver.get_tuple(conf("t")), ids[-1])
+    saver.delete_thread("t")
+    assert saver.get_tuple(conf("t")) is None
+    assert saver.verify().ok

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
@@ -33,6 +34,7 @@ from eventlog.integrations.langgraph_store import (
     READS,
     checkpoint_key,
     parse_stream_key,
+    row_of_read,
     stream_key,
 )
 from projections.langgraph import compaction_plan
@@ -510,32 +512,28 @@ def test_a_damaged_view_is_reported_and_refused(saver: LmdbSaver) -> None:
     t.put(a=2)
     sid = next(iter(saver.log._ids.values()))
     first_key = checkpoint_key(sid, first["configurable"]["checkpoint_id"])
-    second = {}
     with saver.log.backend.read() as txn:
-        for table in (CHECKPOINTS, READS):
-            for key, value in txn.scan(table):
-                if key != first_key:
-                    second[table] = value
-    assert set(second) == {CHECKPOINTS, READS}
+        assert not list(txn.scan(CHECKPOINTS))  # a put stores the checkpoint's read row only
+        second = [value for key, value in txn.scan(READS) if key != first_key]
+    assert len(second) == 1
 
-    def damage(table: str) -> None:  # the first checkpoint's row now is the second's
-        saver.log.backend.run_write(lambda txn: txn.put(table, first_key, second[table]))
+    def damage(table: str, value: bytes) -> None:  # the first checkpoint's row is the second's
+        saver.log.backend.run_write(lambda txn: txn.put(table, first_key, value))
 
-    damage(CHECKPOINTS)  # the index: verify says so (reads take the read row)
+    damage(READS, second[0])  # the read row (its checkpoint row too): verify says so both ways
     report = saver.verify()
     assert not report.ok
-    assert any(
-        p.kind == "projection" and "checkpoints rows differ" in p.detail for p in report.problems
-    )
-    damage(READS)  # the read row: verify says so, and a read by id refuses it
-    report = saver.verify()
-    assert any(
-        p.kind == "projection" and "lg_reads rows differ" in p.detail for p in report.problems
-    )
+    details = [p.detail for p in report.problems if p.kind == "projection"]
+    assert any("checkpoints rows differ" in d for d in details), details
+    assert any("lg_reads rows differ" in d for d in details), details
     with pytest.raises(CorruptFrame, match=r"its read row \(lg_reads\) holds checkpoint"):
         saver.get_tuple(first)
-    with saver.log.backend.write() as txn:  # without its read row, the frame is read
+    # A checkpoint stored before read rows replaced lg_checkpoints rows has the row only: a
+    # read by id reads its frame, which the row's seq must name.
+    with saver.log.backend.write() as txn:
         txn.delete(READS, first_key)
+    damage(CHECKPOINTS, msgspec.msgpack.encode(row_of_read(second[0])))
+    assert any("checkpoints rows differ" in p.detail for p in saver.verify().problems)
     with pytest.raises(CorruptFrame, match=r"its index points at seq .* which holds another frame"):
         saver.get_tuple(first)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import operator
-import struct
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -68,25 +67,6 @@ Loads = Callable[[tuple[str, bytes]], Any]
 Chain = tuple[tuple[int, LgBlob], ...]  # (seq, blob): a version's blob, then its bases in turn
 PATCH_BASES_KEPT: Final = 32  # patch decoders (a keyframe as dictionary) each thread keeps
 PATCH_BASES_SEEN: Final = 4  # the last bases each thread met (one met again: a decoder)
-_RAW_BLOCK: Final = 128 << 10  # zstd's largest block
-U32LE: Final = struct.Struct("<I")
-
-
-def raw_frame(data: bytes) -> bytes:
-    """``data`` as a zstd frame of raw (stored) blocks, its content size in the header:
-    decoding it is a copy (the head of a content dictionary chain)."""
-    n = len(data)
-    parts = [b"\x28\xb5\x2f\xfd\xa0", U32LE.pack(n)]  # magic; single segment, 4-byte size
-    if n == 0:
-        parts.append(b"\x01\x00\x00")  # one empty last raw block
-    for i in range(0, n, _RAW_BLOCK):
-        chunk = data[i : i + _RAW_BLOCK]
-        last = 1 if i + _RAW_BLOCK >= n else 0
-        parts.append(((len(chunk) << 3) | last).to_bytes(3, "little"))
-        parts.append(chunk)
-    return b"".join(parts)
-
-
 RESOLVED_BYTES_MAX: Final = 32 << 20  # resolved full bytes a saver keeps (Patches)
 
 
@@ -132,41 +112,34 @@ class Patches:
                 self._full_bytes -= len(dropped[1])
 
     def apply(self, key: tuple[int, int, str], base: bytes, patch: bytes) -> bytes:
-        """``patch`` applied to ``base`` (the keyframe at ``key``). A base met again soon gets a
-        decoder of its own (kept per thread, the last ``PATCH_BASES_KEPT``); one met once (a
-        read by id of a long thread) is applied by the thread's plain decoder as a content
-        dictionary chain (``base`` framed raw, then the patch): no dictionary is loaded."""
+        """``patch`` applied to ``base`` (the keyframe at ``key``). A base met again soon (among
+        the last ``PATCH_BASES_SEEN`` this thread met: a page of ``list``) gets a decoder of its
+        own, kept per thread (the last ``PATCH_BASES_KEPT``); one met once (a read by id of a
+        long thread) is applied by a decoder built for this patch and dropped at once (a raw
+        content dictionary is referenced, not analysed: building one costs about as much as
+        applying the patch, and keeping it would make the next read's allocations cold)."""
+        local = self._local
         kept: collections.OrderedDict[tuple[int, int, str], zstandard.ZstdDecompressor] | None
-        kept = getattr(self._local, "kept", None)
+        kept = getattr(local, "kept", None)
         if kept is None:
-            kept = self._local.kept = collections.OrderedDict()
-            self._local.seen = collections.OrderedDict()
-            self._local.plain = zstandard.ZstdDecompressor()
+            kept = local.kept = collections.OrderedDict()
+            local.seen = collections.OrderedDict()
         dctx = kept.get(key)
-        seen: collections.OrderedDict[tuple[int, int, str], None] = self._local.seen
-        if dctx is None and key not in seen:
-            seen[key] = None
-            if len(seen) > PATCH_BASES_SEEN:
-                seen.popitem(last=False)
-            try:
-                size = zstandard.frame_content_size(patch)
-            except zstandard.ZstdError:
-                size = -1  # not a frame: applied below, which says so
-            if 0 <= size <= self.max_bytes:
-                try:
-                    out: bytes = self._local.plain.decompress_content_dict_chain(
-                        [raw_frame(base), patch]
-                    )
-                    return out
-                except zstandard.ZstdError:
-                    pass  # applied below, which says why it does not apply
         if dctx is None:
             dictionary = zstandard.ZstdCompressionDict(
                 base, dict_type=zstandard.DICT_TYPE_RAWCONTENT
             )
-            dctx = kept[key] = zstandard.ZstdDecompressor(dict_data=dictionary)
-            while len(kept) > PATCH_BASES_KEPT:
-                kept.popitem(last=False)
+            dctx = zstandard.ZstdDecompressor(dict_data=dictionary)
+            seen: collections.OrderedDict[tuple[int, int, str], None] = local.seen
+            if key in seen:  # met again: keep its decoder
+                del seen[key]
+                kept[key] = dctx
+                while len(kept) > PATCH_BASES_KEPT:
+                    kept.popitem(last=False)
+            else:
+                seen[key] = None
+                if len(seen) > PATCH_BASES_SEEN:
+                    seen.popitem(last=False)
         else:
             kept.move_to_end(key)
         try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from backends.base import WriteTxn
+from backends.base import WriteTxn, prefix_end
 from eventlog.errors import CheckpointError
 from eventlog.frames import (
     BLOB_APPEND,
@@ -48,7 +48,7 @@ from eventlog.integrations.langgraph_rows import (
     READS,
     THREADS,
     WRITES,
-    LatestRow,
+    LatestHead,
     LatestWrites,
     Serde,
     _dec_latest_writes,
@@ -56,11 +56,13 @@ from eventlog.integrations.langgraph_rows import (
     apply_rows,
     blob_key,
     checkpoint_key,
-    decode_latest,
+    decode_latest_head,
     drop_latest,
     latest_blobs_key,
     latest_checkpoint,
     latest_key,
+    latest_values,
+    latest_versions,
     latest_writes_key,
     write_key,
     writes_prefix,
@@ -83,9 +85,10 @@ class ViewFrame(DeferredFrame):
         self.tkey = tkey
         self.sid = 0
         self.frame: Any = None
+        self.fresh = False  # apply_rows: a checkpoint, the stream's first (its view was empty)
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
-        apply_rows(txn, self.sid, done.seq, self.frame, self.tkey)
+        self.fresh = apply_rows(txn, self.sid, done.seq, self.frame, self.tkey)
 
 
 class PutFrame(ViewFrame):
@@ -112,7 +115,9 @@ class PutFrame(ViewFrame):
             blob = planned.blob
             if blob.kind in (BLOB_APPEND, BLOB_PATCH):
                 yield BLOBS, blob_key(sid, blob.channel, planned.base_vkey)
-        yield CHECKPOINTS, checkpoint_key(sid, self.head.checkpoint_id)  # for apply_rows
+        ckey = checkpoint_key(sid, self.head.checkpoint_id)
+        yield CHECKPOINTS, ckey  # apply_rows: a checkpoint stored again replaces its rows
+        yield READS, ckey
         yield THREADS, self.tkey
         mine = {p.blob.channel for p in self.pending}
         for channel, version in self.head.versions.items():  # make_read_row reads these
@@ -139,7 +144,7 @@ class PutFrame(ViewFrame):
                 log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False
             )
 
-        keep_latest(txn, self.frame, sid, self.tkey, done.seq, reader)
+        keep_latest(txn, self.frame, sid, self.tkey, done.seq, reader, fresh=self.fresh)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
         blobs: list[LgBlob] = []
@@ -163,6 +168,33 @@ class PutFrame(ViewFrame):
         return frame
 
 
+class _Prev:
+    """The previous ``c`` row as :func:`keep_latest` reads it: its checkpoint id and ``apart``
+    links decoded, its versions and chains only when a channel needs them (a put whose every
+    channel is stored whole needs neither)."""
+
+    __slots__ = ("_head", "_values", "_versions", "apart", "checkpoint_id")
+
+    def __init__(self, head: LatestHead) -> None:
+        self._head = head
+        self.checkpoint_id = head.checkpoint_id
+        self.apart = head.apart
+        self._versions: dict[str, str | int | float] | None = None
+        self._values: tuple[tuple[str, Chain], ...] | None = None
+
+    @property
+    def versions(self) -> dict[str, str | int | float]:
+        if self._versions is None:
+            self._versions = latest_versions(self._head)
+        return self._versions
+
+    @property
+    def values(self) -> tuple[tuple[str, Chain], ...]:
+        if self._values is None:
+            self._values = latest_values(self._head)
+        return self._values
+
+
 def keep_latest(
     txn: WriteTxn,
     frame: LgCheckpoint,
@@ -170,16 +202,40 @@ def keep_latest(
     tkey: bytes,
     seq: int,
     make_reader: Callable[[], BlobReader],
+    *,
+    fresh: bool = False,
 ) -> None:
     """Update ``lg_latest`` for the checkpoint ``frame`` just stored at ``seq`` (its rows are
-    applied). Each channel's chain (the blobs :meth:`BlobReader.chain` reads: a full value, or
-    a delta and its keyframe) comes from the frame's own blob and the previous row's keyframe,
-    from the previous row when unchanged, and failing those from the blob index through
-    ``make_reader()`` (after a fallback). Drops the rows when it cannot read what it needs.
-    The writer, ``rebuild`` and compaction run it alike (with the frames each can read)."""
-    cid = frame.checkpoint_id
+    applied; ``fresh``: :func:`apply_rows` found the stream's view empty before it, so it is
+    the stream's only checkpoint). Each channel's chain (the blobs :meth:`BlobReader.chain`
+    reads: a full value, or a delta and its keyframe) comes from the frame's own blob and the
+    previous row's keyframe, from the previous row when unchanged, and failing those from the
+    blob index through ``make_reader()`` (after a fallback). Drops the rows when it cannot read
+    what it needs. The writer, ``rebuild`` and compaction run it alike (with the frames each
+    can read).
+
+    The previous row is decoded as far as the put needs it (:class:`_Prev`); a row that does
+    not decode counts as absent."""
     raw = txn.get(LATEST, latest_key(tkey))
-    prev = None if raw is None else decode_latest(raw)
+    head = None if raw is None else decode_latest_head(raw)
+    prev = None if head is None else _Prev(head)
+    try:
+        _keep_latest(txn, frame, sid, tkey, seq, make_reader, prev, fresh)
+    except msgspec.DecodeError:  # raised before anything is written
+        _keep_latest(txn, frame, sid, tkey, seq, make_reader, None, fresh)
+
+
+def _keep_latest(
+    txn: WriteTxn,
+    frame: LgCheckpoint,
+    sid: int,
+    tkey: bytes,
+    seq: int,
+    make_reader: Callable[[], BlobReader],
+    prev: _Prev | None,
+    fresh: bool,
+) -> None:
+    cid = frame.checkpoint_id
     if prev is not None and cid < prev.checkpoint_id:
         # An older checkpoint: the newest one is unchanged, unless this put re-stored a
         # channel version that it reads.
@@ -190,38 +246,61 @@ def keep_latest(
         ):
             drop_latest(txn, tkey)
         return
-    if prev is None:
+    if prev is None and not fresh:
         top = latest_checkpoint(txn, sid)
         if top is None or top[0] != cid:
             return  # not the newest: the rows stay absent (readers fall back)
     mine = {b.channel: b for b in frame.blobs}
-    reader: BlobReader | None = None
-    values: list[tuple[str, Chain]] = []
-    try:
-        for channel, version in frame.versions.items():
-            chain = _known_chain(channel, version, mine.get(channel), seq, prev)
-            if chain is None:
-                if reader is None:
-                    reader = make_reader()
-                chain = reader.chain(channel, version) or ()
-            values.append((channel, chain))
-    except CheckpointError:  # a frame it would read is damaged: readers fall back (and fail)
-        drop_latest(txn, tkey)
-        return
-    split = _split_apart(txn, tkey, sid, seq, values, prev)
-    if split is None:  # a kept keyframe's data is gone from the k row: readers fall back
-        drop_latest(txn, tkey)
-        return
-    row = checkpoint_row(seq, frame)
-    latest = LatestRow(
-        sid, cid, row, frame.checkpoint_type, frame.checkpoint, dict(frame.versions),
-        split[0], split[1],
+    split = None if prev is not None and prev.apart else _stored_whole(frame, mine, seq)
+    if split is None:
+        reader: BlobReader | None = None
+        values: list[tuple[str, Chain]] = []
+        try:
+            for channel, version in frame.versions.items():
+                chain = _known_chain(channel, version, mine.get(channel), seq, prev)
+                if chain is None:
+                    if reader is None:
+                        reader = make_reader()
+                    chain = reader.chain(channel, version) or ()
+                values.append((channel, chain))
+        except CheckpointError:  # a frame it would read is damaged: readers fall back
+            drop_latest(txn, tkey)
+            return
+        split = _split_apart(txn, tkey, sid, seq, values, prev)
+        if split is None:  # a kept keyframe's data is gone from the k row: readers fall back
+            drop_latest(txn, tkey)
+            return
+    # Encoded as the tuple of a LatestRow's fields (the same msgpack array, no struct built).
+    latest = (
+        sid, cid, checkpoint_row(seq, frame), frame.checkpoint_type, frame.checkpoint,
+        frame.versions, split[0], split[1],
     )  # fmt: skip
     txn.put(LATEST, latest_key(tkey), _enc.encode(latest))
-    if next(iter(txn.scan_prefix(WRITES, writes_prefix(sid, cid), limit=1)), None) is None:
-        txn.put(LATEST, latest_writes_key(tkey), _enc.encode(LatestWrites(cid, ())))
+    prefix = writes_prefix(sid, cid)
+    end = prefix_end(prefix)
+    if end is None or not txn.rows(WRITES, prefix, end, 1):
+        txn.put(LATEST, latest_writes_key(tkey), _enc.encode((cid, ())))  # LatestWrites
     else:  # writes stored before (a re-put): readers read them from the write rows
         txn.delete(LATEST, latest_writes_key(tkey))
+
+
+def _stored_whole(
+    frame: LgCheckpoint, mine: dict[str, LgBlob], seq: int
+) -> tuple[tuple[tuple[str, Chain], ...], tuple[tuple[int, str], ...]] | None:
+    """The chains of ``frame`` (at ``seq``) when it stores every channel of its versions
+    whole and inline, or empty (a small state's put: nothing else is read), else ``None``."""
+    values: list[tuple[str, Chain]] = []
+    for channel in frame.versions:
+        b = mine.get(channel)
+        if b is None:
+            return None
+        if b.kind == BLOB_FULL and len(b.data) <= INLINE_MAX:
+            values.append((channel, ((seq, b),)))
+        elif b.kind == BLOB_EMPTY:
+            values.append((channel, ()))
+        else:
+            return None
+    return tuple(values), ()
 
 
 def _split_apart(
@@ -230,7 +309,7 @@ def _split_apart(
     sid: int,
     at: int,
     values: list[tuple[str, Chain]],
-    prev: LatestRow | None,
+    prev: _Prev | None,
 ) -> tuple[tuple[tuple[str, Chain], ...], tuple[tuple[int, str], ...]] | None:
     """``values`` with the data of links over ``INLINE_MAX`` bytes taken out, and those links
     (``apart``). Writes a data row for each that has none yet (a link of this put, at ``at``,
@@ -292,7 +371,7 @@ def _known_chain(
     version: str | int | float,
     b: LgBlob | None,
     seq: int,
-    prev: LatestRow | None,
+    prev: _Prev | None,
 ) -> Chain | None:
     """A channel's chain from the put's own blob (``b``, at ``seq``: a full value, or a delta
     whose keyframe ends the previous row's chain) or the previous latest row, ``None`` when
@@ -400,7 +479,8 @@ class RemoveFrame(ViewFrame):
             ids = tuple(
                 cid
                 for cid in ids
-                if txn.get(CHECKPOINTS, checkpoint_key(sid, cid)) is not None
+                if txn.get(READS, checkpoint_key(sid, cid)) is not None
+                or txn.get(CHECKPOINTS, checkpoint_key(sid, cid)) is not None
                 or next(iter(txn.scan_prefix(WRITES, writes_prefix(sid, cid), limit=1)), None)
             )
             if not ids:
@@ -456,4 +536,4 @@ class CopiedFrame(ViewFrame):
                     log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False
                 )
 
-            keep_latest(txn, frame, sid, self.tkey, done.seq, reader)
+            keep_latest(txn, frame, sid, self.tkey, done.seq, reader, fresh=self.fresh)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Final
 
@@ -38,8 +37,6 @@ from eventlog.frames import (
     LgWrites,
 )
 from eventlog.integrations.langgraph_store import (
-    CHECKPOINTS,
-    READS,
     WRITES,
     BlobReader,
     Chain,
@@ -57,9 +54,11 @@ from eventlog.integrations.langgraph_store import (
     read_checkpoint_row,
     read_latest_parts,
     read_row,
+    row_of_read,
     split_write_key,
     stream_id,
     stream_ids,
+    stream_rows,
     thread_key,
     write_rows,
     writes_prefix,
@@ -75,9 +74,9 @@ _dec_write_row = msgspec.msgpack.Decoder(WriteRow)
 LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """A checkpoint tuple's parts as read in a transaction, not yet decoded."""
+class _Read(msgspec.Struct, frozen=True, gc=False):
+    """A checkpoint tuple's parts as read in a transaction, not yet decoded (not tracked by the
+    cyclic GC: it refers to no object that refers back to it; a page of ``list`` makes 64)."""
 
     key: tuple[str, str, int]
     cid: str
@@ -214,7 +213,7 @@ class SaverReads(BaseCheckpointSaver[str]):
                 chains.append((ch, reader.links(blob, seq)))
         return _Read(
             key, cid, rr.row, rr.checkpoint_type, rr.checkpoint, rr.versions, chains,
-            self._writes(reader, cid, wrows),
+            [] if wrows == [] else self._writes(reader, cid, wrows),
         )  # fmt: skip
 
     def _read(
@@ -276,12 +275,12 @@ class SaverReads(BaseCheckpointSaver[str]):
                 values[ch] = materialize(sid, chain, loads, self._patches, keep_head=read.latest)
         body["channel_values"] = values
         checkpoint: Checkpoint = body
-        return CheckpointTuple(
-            config=_config(tid, ns, read.cid),
-            checkpoint=checkpoint,
-            metadata=loads((row.metadata_type, row.metadata)),
-            parent_config=None if row.parent_id is None else _config(tid, ns, row.parent_id),
-            pending_writes=[(task, w.channel, loads((w.type, w.data))) for task, w in read.writes],
+        return CheckpointTuple(  # positional: the namedtuple's keyword form costs more
+            _config(tid, ns, read.cid),
+            checkpoint,
+            loads((row.metadata_type, row.metadata)),
+            None if row.parent_id is None else _config(tid, ns, row.parent_id),
+            [(task, w.channel, loads((w.type, w.data))) for task, w in read.writes],
         )
 
     @staticmethod
@@ -528,8 +527,9 @@ class SaverReads(BaseCheckpointSaver[str]):
     ) -> tuple[list[_Read], str | None]:
         """Up to ``n`` reads of one stream, newest first below ``before``, in one transaction,
         and where the next chunk starts (``None``: the stream is done). Per chunk: one scan of
-        its checkpoint rows, one ``get_many`` of their read rows, one range scan of their
-        writes (a round trip each on PostgreSQL)."""
+        its read rows (and one of its ``lg_checkpoints`` rows, which only checkpoints stored
+        before read rows replaced them have), one range scan of their writes (a round trip
+        each on PostgreSQL)."""
         serde = self.serde
         out: list[_Read] = []
         with self.log.backend.read() as txn:
@@ -545,33 +545,32 @@ class SaverReads(BaseCheckpointSaver[str]):
                 stop = checkpoint_key(sid, before) if before is not None else U64.pack(sid + 1)
             key = (tid, ns, sid)
             reader = self._reader(txn, sid, serde)
-            scan = txn.scan(CHECKPOINTS, start, stop, reverse=True)
+            scan = stream_rows(txn, sid, start, stop)
             last: str | None = None
             while len(out) < n:
                 want = n - len(out) if not filter else LIST_CHUNK
                 batch = list(islice(scan, want))
                 if not batch:
                     return out, None
-                picked: list[tuple[bytes, str, bytes]] = []
-                for k, raw in batch:
+                picked: list[tuple[str, bytes | None, bytes | None]] = []
+                for k, rraw, craw in batch:
                     cid = k[8:].decode("utf-8", "surrogatepass")
                     if filter:
-                        row = _dec_ckpt_row.decode(raw)
+                        row = row_of_read(rraw) if rraw is not None else _dec_ckpt_row.decode(craw)  # type: ignore[arg-type]
                         md = serde.loads_typed((row.metadata_type, row.metadata))
                         if not all(md.get(f) == v for f, v in filter.items()):
                             continue
-                    picked.append((k, cid, raw))
+                    picked.append((cid, rraw, craw))
                 last = batch[-1][0][8:].decode("utf-8", "surrogatepass")
                 if len(batch) < want:
                     last = None  # the stream is done
-                got = txn.get_many(READS, [k for k, _, _ in picked]) if picked else []
-                wrows = _chunk_writes(txn, sid, [cid for _, cid, _ in picked])
-                for (_, cid, raw), rraw in zip(picked, got, strict=True):
+                wrows = _chunk_writes(txn, sid, [cid for cid, _, _ in picked])
+                for cid, rraw, craw in picked:
                     w = wrows.get(cid, []) if wrows is not None else None
                     if rraw is not None:
                         out.append(self._from_row(key, cid, decode_read_row(rraw), reader, w))
                     else:  # stored before read rows
-                        read = self._read(key, cid, _dec_ckpt_row.decode(raw), reader)
+                        read = self._read(key, cid, _dec_ckpt_row.decode(craw), reader)  # type: ignore[arg-type]
                         if read is not None:
                             out.append(read)
                 if last is None:

@@ -47,7 +47,7 @@ RUNS: Final = "lg_runs"
 LATEST: Final = "lg_latest"
 READS: Final = "lg_reads"
 TABLES: Final = (THREADS, CHECKPOINTS, BLOBS, WRITES, RUNS, LATEST, READS)
-VIEW_TABLES: Final = (CHECKPOINTS, BLOBS, WRITES)  # keyed by sid first
+VIEW_TABLES: Final = (READS, CHECKPOINTS, BLOBS, WRITES)  # keyed by sid first
 
 STREAM_PREFIX: Final = "lg:"
 CHAIN_READ_MAX: Final = 4096  # a longer chain on read is corruption (logs written before
@@ -78,7 +78,7 @@ _dec_ckpt = msgspec.msgpack.Decoder(CkptRow)
 _dec_write = msgspec.msgpack.Decoder(WriteRow)
 
 
-class LatestRow(msgspec.Struct, frozen=True, array_like=True):
+class LatestRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """The newest checkpoint of a stream, ready to return: its row, body, versions and each
     channel's resolved chain (appends then one full blob; ``()``: the channel has no value)."""
 
@@ -96,14 +96,14 @@ class LatestRow(msgspec.Struct, frozen=True, array_like=True):
     rewrites a large row."""
 
 
-class LatestWrites(msgspec.Struct, frozen=True, array_like=True):
+class LatestWrites(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """The writes stored against ``checkpoint_id``: ``(task id, task path, write)``."""
 
     checkpoint_id: str
     writes: tuple[tuple[str, str, LgWrite], ...]
 
 
-class ReadRow(msgspec.Struct, frozen=True, array_like=True):
+class ReadRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A checkpoint as ``get_tuple`` / ``list`` read it, one row per checkpoint (``lg_reads``):
     its row, body and versions, and per channel that has a blob at its version (an empty one
     too) ``(channel, seq, blob)``: the seq of the frame holding that blob (the blob index's
@@ -117,7 +117,32 @@ class ReadRow(msgspec.Struct, frozen=True, array_like=True):
     values: tuple[tuple[str, int, LgBlob | None], ...]
 
 
+class LatestHead(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A ``c`` row as a put reads it first: its stream, checkpoint id and ``apart`` links
+    decoded, its versions and chains kept as raw msgpack (:func:`latest_versions`,
+    :func:`latest_values` decode them when a channel needs them)."""
+
+    sid: int
+    checkpoint_id: str
+    row: msgspec.Raw
+    checkpoint_type: msgspec.Raw
+    checkpoint: msgspec.Raw
+    versions: msgspec.Raw
+    values: msgspec.Raw
+    apart: tuple[tuple[int, str], ...] = ()
+
+
+class _ReadHead(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """The first field of a :class:`ReadRow` (a decoder skips the others)."""
+
+    row: CkptRow
+
+
 _dec_latest = msgspec.msgpack.Decoder(LatestRow)
+_dec_read_head = msgspec.msgpack.Decoder(_ReadHead)
+_dec_latest_head = msgspec.msgpack.Decoder(LatestHead)
+_dec_latest_versions = msgspec.msgpack.Decoder(dict[str, str | int | float])
+_dec_latest_values = msgspec.msgpack.Decoder(tuple[tuple[str, tuple[tuple[int, LgBlob], ...]], ...])
 _dec_read = msgspec.msgpack.Decoder(ReadRow)
 _dec_latest_writes = msgspec.msgpack.Decoder(LatestWrites)
 
@@ -255,6 +280,26 @@ def decode_latest(raw: bytes) -> LatestRow | None:
         return None
 
 
+def decode_latest_head(raw: bytes) -> LatestHead | None:
+    """A ``c`` row's :class:`LatestHead`; ``None`` when it does not decode as one."""
+    try:
+        return _dec_latest_head.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def latest_versions(head: LatestHead) -> dict[str, str | int | float]:
+    """The versions of a :class:`LatestHead` (``msgspec.DecodeError`` when they do not
+    decode)."""
+    return _dec_latest_versions.decode(head.versions)
+
+
+def latest_values(head: LatestHead) -> tuple[tuple[str, tuple[tuple[int, LgBlob], ...]], ...]:
+    """The chains of a :class:`LatestHead` (``msgspec.DecodeError`` when they do not
+    decode)."""
+    return _dec_latest_values.decode(head.values)
+
+
 def latest_blobs(rows: list[tuple[bytes, bytes]] | None) -> dict[tuple[int, str], bytes] | None:
     """``(seq, channel) -> data`` of the data rows a read fetched with the ``c`` row."""
     return None if rows is None else link_data(rows)
@@ -345,18 +390,42 @@ def split_run_key(key: bytes) -> tuple[int, str]:
 # -- rows --------------------------------------------------------------------------------------
 
 
+def _reads_get(txn: ReadTxn, key: bytes) -> bytes | None:
+    try:
+        return txn.get(READS, key)
+    except CheckpointError:  # a log opened read-only that never had the table
+        return None
+
+
+def _reads_scan(
+    txn: ReadTxn, start: bytes, stop: bytes, *, reverse: bool = False, limit: int | None = None
+) -> Iterator[tuple[bytes, bytes]]:
+    try:
+        return txn.scan(READS, start, stop, reverse=reverse, limit=limit)
+    except CheckpointError:  # a log opened read-only that never had the table
+        return iter(())
+
+
+def row_of_read(raw: bytes) -> CkptRow:
+    """The checkpoint row a read row's bytes hold (the rest is skipped, not decoded)."""
+    return _dec_read_head.decode(raw).row
+
+
 def read_checkpoint_row(txn: ReadTxn, sid: int, checkpoint_id: str) -> CkptRow | None:
-    raw = txn.get(CHECKPOINTS, checkpoint_key(sid, checkpoint_id))
+    """A checkpoint's row: from its read row (how a put stores it), else from its
+    ``lg_checkpoints`` row (a checkpoint stored before read rows replaced those)."""
+    key = checkpoint_key(sid, checkpoint_id)
+    raw = _reads_get(txn, key)
+    if raw is not None:
+        return row_of_read(raw)
+    raw = txn.get(CHECKPOINTS, key)
     return None if raw is None else _dec_ckpt.decode(raw)
 
 
 def read_row(txn: ReadTxn, sid: int, checkpoint_id: str) -> ReadRow | None:
     """The ``lg_reads`` row of a checkpoint, ``None`` when absent (a checkpoint stored before
     read rows existed: readers fall back to its frame)."""
-    try:
-        raw = txn.get(READS, checkpoint_key(sid, checkpoint_id))
-    except CheckpointError:  # a log opened read-only that never had the table
-        return None
+    raw = _reads_get(txn, checkpoint_key(sid, checkpoint_id))
     return None if raw is None else _dec_read.decode(raw)
 
 
@@ -397,9 +466,41 @@ def make_read_row(txn: ReadTxn, sid: int, seq: int, frame: LgCheckpoint) -> Read
 
 def latest_checkpoint(txn: ReadTxn, sid: int) -> tuple[str, CkptRow] | None:
     """The checkpoint with the greatest id (LangGraph ids sort by creation time)."""
-    for key, raw in txn.scan_prefix(CHECKPOINTS, U64.pack(sid), reverse=True, limit=1):
-        return key[8:].decode("utf-8", "surrogatepass"), _dec_ckpt.decode(raw)
-    return None
+    start, stop = U64.pack(sid), U64.pack(sid + 1)
+    top = next(iter(_reads_scan(txn, start, stop, reverse=True, limit=1)), None)
+    old = next(iter(txn.scan(CHECKPOINTS, start, stop, reverse=True, limit=1)), None)
+    if old is not None and (top is None or old[0] > top[0]):
+        return old[0][8:].decode("utf-8", "surrogatepass"), _dec_ckpt.decode(old[1])
+    if top is None:
+        return None
+    return top[0][8:].decode("utf-8", "surrogatepass"), row_of_read(top[1])
+
+
+def stream_rows(
+    txn: ReadTxn, sid: int, start: bytes, stop: bytes
+) -> Iterator[tuple[bytes, bytes | None, bytes | None]]:
+    """``(key, read row, lg_checkpoints row)`` of the checkpoints of stream ``sid`` whose keys
+    are in ``[start, stop)``, newest first: a checkpoint has a read row, an ``lg_checkpoints``
+    row (stored before read rows replaced those) or both (stored between: they agree)."""
+    olds = txn.scan(CHECKPOINTS, start, stop, reverse=True)
+    old = next(olds, None)
+    reads = _reads_scan(txn, start, stop, reverse=True)
+    if old is None:  # every checkpoint in the range has its read row only
+        for key, raw in reads:
+            yield key, raw, None
+        return
+    new = next(reads, None)
+    while new is not None or old is not None:
+        if old is None or (new is not None and new[0] > old[0]):
+            assert new is not None
+            yield new[0], new[1], None
+            new = next(reads, None)
+        elif new is None or old[0] > new[0]:
+            yield old[0], None, old[1]
+            old = next(olds, None)
+        else:
+            yield new[0], new[1], old[1]
+            new, old = next(reads, None), next(olds, None)
 
 
 def checkpoint_rows(
@@ -408,8 +509,9 @@ def checkpoint_rows(
     """Checkpoints of a stream, newest (greatest id) first, ids below ``before`` when given."""
     start = U64.pack(sid)
     stop = checkpoint_key(sid, before) if before is not None else U64.pack(sid + 1)
-    for key, raw in txn.scan(CHECKPOINTS, start, stop, reverse=True):
-        yield key[8:].decode("utf-8", "surrogatepass"), _dec_ckpt.decode(raw)
+    for key, raw, old in stream_rows(txn, sid, start, stop):
+        row = row_of_read(raw) if raw is not None else _dec_ckpt.decode(old)  # type: ignore[arg-type]
+        yield key[8:].decode("utf-8", "surrogatepass"), row
 
 
 def write_rows(txn: ReadTxn, sid: int, checkpoint_id: str) -> list[tuple[str, int, WriteRow]]:
@@ -453,26 +555,14 @@ def _keep_thread(txn: WriteTxn, tkey: bytes, k: bytes) -> None:
         txn.put(THREADS, tkey, k)
 
 
-def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> None:
-    """:func:`projections.langgraph.apply` on the tables, in the frame's transaction."""
-    k = U64.pack(sid)
+def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> bool:
+    """:func:`projections.langgraph.apply` on the tables, in the frame's transaction. ``True``
+    when the frame is a checkpoint and the stream's view was empty before it (its
+    ``lg_threads`` entry was absent): then it is the stream's only checkpoint."""
     if isinstance(frame, LgCheckpoint):
-        ckey = checkpoint_key(sid, frame.checkpoint_id)
-        old = txn.get(CHECKPOINTS, ckey)
-        if old is not None:
-            old_run = _dec_ckpt.decode(old).run_id
-            if old_run is not None:
-                txn.delete(RUNS, run_key(old_run, sid, frame.checkpoint_id))
-        txn.put(CHECKPOINTS, ckey, _enc.encode(checkpoint_row(seq, frame)))
-        if frame.run_id is not None:
-            txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
-        for blob in frame.blobs:
-            txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
-        txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
-        for blob in patched_keyframes(txn, sid, frame):
-            txn.put(LATEST, keyframe_key(sid, seq, blob.channel), encode_keyframe(blob))
-        _keep_thread(txn, tkey, k)
-    elif isinstance(frame, LgWrites):
+        return _apply_checkpoint(txn, sid, seq, frame, tkey)
+    k = U64.pack(sid)
+    if isinstance(frame, LgWrites):
         for pos, w in enumerate(frame.writes):
             txn.put(
                 WRITES,
@@ -482,42 +572,81 @@ def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> No
         if frame.writes:
             _keep_thread(txn, tkey, k)
     elif isinstance(frame, LgRemove):
-        ids = frame.checkpoint_ids
-        raw = txn.get(LATEST, latest_key(tkey)) if ids is not None else None
-        lr = None if raw is None else decode_latest(raw)
-        if lr is None or lr.checkpoint_id in ids:  # type: ignore[operator]
-            drop_latest(txn, tkey)  # the newest checkpoint is removed: readers fall back
-        if ids is None:
-            for key, raw in list(txn.scan_prefix(CHECKPOINTS, k)):
-                run = _dec_ckpt.decode(raw).run_id
-                if run is not None:
-                    txn.delete(RUNS, run_key(run, sid, key[8:].decode("utf-8", "surrogatepass")))
-            txn.delete_prefix(CHECKPOINTS, k)
-            txn.delete_prefix(READS, k)
-            txn.delete_prefix(LATEST, keyframe_prefix(sid))
-            txn.delete_prefix(LATEST, link_prefix(sid))
-            txn.delete_prefix(BLOBS, k)
-            txn.delete_prefix(WRITES, k)
-            txn.delete(THREADS, tkey)
-            return
-        for cid in set(ids):
-            row = read_checkpoint_row(txn, sid, cid)
-            if row is not None:
-                if row.run_id is not None:
-                    txn.delete(RUNS, run_key(row.run_id, sid, cid))
-                txn.delete(CHECKPOINTS, checkpoint_key(sid, cid))
-                txn.delete(READS, checkpoint_key(sid, cid))
-            txn.delete_prefix(WRITES, writes_prefix(sid, cid))
-        if not any(next(iter(txn.scan_prefix(t, k, limit=1)), None) for t in VIEW_TABLES):
-            txn.delete(THREADS, tkey)  # the view is empty, as the fold says
+        _apply_remove(txn, sid, frame, tkey)
+    return False
+
+
+def _apply_checkpoint(txn: WriteTxn, sid: int, seq: int, frame: LgCheckpoint, tkey: bytes) -> bool:
+    """The rows of a checkpoint: its read row (it replaced the ``lg_checkpoints`` row, which a
+    checkpoint stored again loses), blob index, run index, keyframe rows."""
+    k = U64.pack(sid)
+    ckey = checkpoint_key(sid, frame.checkpoint_id)
+    fresh = txn.get(THREADS, tkey) != k
+    old_run = None
+    if not fresh:  # the checkpoint may be stored again: its new rows replace the old
+        old = txn.get(CHECKPOINTS, ckey)
+        if old is not None:  # stored before read rows replaced these: the read row does
+            old_run = _dec_ckpt.decode(old).run_id
+            txn.delete(CHECKPOINTS, ckey)
+        else:
+            old = txn.get(READS, ckey)
+            if old is not None:
+                old_run = row_of_read(old).run_id
+    if old_run is not None:
+        txn.delete(RUNS, run_key(old_run, sid, frame.checkpoint_id))
+    if frame.run_id is not None:
+        txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
+    for blob in frame.blobs:
+        txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
+    txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
+    for blob in patched_keyframes(txn, sid, frame):
+        txn.put(LATEST, keyframe_key(sid, seq, blob.channel), encode_keyframe(blob))
+    if fresh:  # lg_threads names the stream (written only when it did not: an unchanged
+        txn.put(THREADS, tkey, k)  # row leaves its page clean, one less to write)
+    return fresh
+
+
+def _apply_remove(txn: WriteTxn, sid: int, frame: LgRemove, tkey: bytes) -> None:
+    k = U64.pack(sid)
+    ids = frame.checkpoint_ids
+    raw = txn.get(LATEST, latest_key(tkey)) if ids is not None else None
+    lr = None if raw is None else decode_latest(raw)
+    if lr is None or lr.checkpoint_id in ids:  # type: ignore[operator]
+        drop_latest(txn, tkey)  # the newest checkpoint is removed: readers fall back
+    if ids is None:
+        for key, rraw, old in list(stream_rows(txn, sid, k, U64.pack(sid + 1))):
+            row = row_of_read(rraw) if rraw is not None else _dec_ckpt.decode(old)  # type: ignore[arg-type]
+            if row.run_id is not None:
+                cid = key[8:].decode("utf-8", "surrogatepass")
+                txn.delete(RUNS, run_key(row.run_id, sid, cid))
+        txn.delete_prefix(CHECKPOINTS, k)
+        txn.delete_prefix(READS, k)
+        txn.delete_prefix(LATEST, keyframe_prefix(sid))
+        txn.delete_prefix(LATEST, link_prefix(sid))
+        txn.delete_prefix(BLOBS, k)
+        txn.delete_prefix(WRITES, k)
+        txn.delete(THREADS, tkey)
+        return
+    for cid in set(ids):
+        stored = read_checkpoint_row(txn, sid, cid)
+        if stored is not None:
+            if stored.run_id is not None:
+                txn.delete(RUNS, run_key(stored.run_id, sid, cid))
+            txn.delete(CHECKPOINTS, checkpoint_key(sid, cid))
+            txn.delete(READS, checkpoint_key(sid, cid))
+        txn.delete_prefix(WRITES, writes_prefix(sid, cid))
+    if not any(next(iter(txn.scan_prefix(t, k, limit=1)), None) for t in VIEW_TABLES):
+        txn.delete(THREADS, tkey)  # the view is empty, as the fold says
 
 
 def read_view(txn: ReadTxn, sid: int) -> StreamView:
     """The materialized view of one stream, as :func:`projections.langgraph.fold` shapes it."""
     k = U64.pack(sid)
     view = StreamView()
-    for key, raw in txn.scan_prefix(CHECKPOINTS, k):
-        view.checkpoints[key[8:].decode("utf-8", "surrogatepass")] = _dec_ckpt.decode(raw)
+    rows = list(stream_rows(txn, sid, k, U64.pack(sid + 1)))
+    for key, raw, old in reversed(rows):  # oldest first, as the fold adds them
+        row = _dec_ckpt.decode(old) if old is not None else row_of_read(raw)  # type: ignore[arg-type]
+        view.checkpoints[key[8:].decode("utf-8", "surrogatepass")] = row
     for key, raw in txn.scan_prefix(BLOBS, k):
         n = U16.unpack_from(key, 8)[0]
         channel = key[10 : 10 + n].decode("utf-8", "surrogatepass")

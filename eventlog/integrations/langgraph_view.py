@@ -380,9 +380,9 @@ class LangGraphView:
         if parsed is None:
             raise CorruptFrame(f"{stream!r} is not a LangGraph stream key", stream=stream)
         tkey = thread_key(*parsed)
-        apply_rows(txn, sid, seq, frame, tkey)
+        fresh = apply_rows(txn, sid, seq, frame, tkey)
         if isinstance(frame, LgCheckpoint):
-            keep_latest(txn, frame, sid, tkey, seq, lambda: _NoFrames(txn, sid))
+            keep_latest(txn, frame, sid, tkey, seq, lambda: _NoFrames(txn, sid), fresh=fresh)
         elif isinstance(frame, LgWrites):
             keep_latest_writes(txn, tkey, frame)
 
