@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import operator
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ from eventlog.frames import (
 from eventlog.integrations.langgraph_rows import (
     CHAIN_RATIO,
     CHAIN_READ_MAX,
+    INLINE_MAX,
     KEYFRAME_EVERY,
     MEMO_BYTES_MAX,
     MEMO_ENTRIES_MAX,
@@ -406,10 +407,17 @@ class Memos:
             self._bytes -= memo_weight(dropped)
 
     def put(self, stream: str, channel: str, memo: Memo) -> None:
+        self.put_many(stream, ((channel, memo),))
+
+    def put_many(self, stream: str, memos: Iterable[tuple[str, Memo | None]]) -> None:
+        """The memos of a put's channels (``None``: no memo), under one lock."""
         with self._lock:
-            self._drop((stream, channel))
-            self._memos[stream, channel] = memo
-            self._bytes += memo_weight(memo)
+            for channel, memo in memos:
+                if memo is None:
+                    continue
+                self._drop((stream, channel))
+                self._memos[stream, channel] = memo
+                self._bytes += memo_weight(memo)
             while self._memos and (
                 len(self._memos) > MEMO_ENTRIES_MAX or self._bytes > MEMO_BYTES_MAX
             ):
@@ -444,8 +452,16 @@ def msgpack_array_header(count: int) -> bytes:
 
 
 def full_blob(channel: str, version: Any, vkey: bytes, value: Any, serde: Serde) -> Pending:
+    """The value stored whole. Only a value a delta can be taken against (a list, or one of
+    ``PATCH_MIN_BYTES`` or more) gets a memo; its bytes are kept for reads (``Pending.full``)
+    when it is such a base or too big to be inlined in read rows: a small scalar is neither
+    (the channel's last memo, if any, stays: a delta against it is checked in the write
+    transaction as any other)."""
     typ, data = serde.dumps_typed(value)
     is_list = type(value) is list
+    if not is_list and len(data) < PATCH_MIN_BYTES:
+        full = (typ, data) if len(data) > INLINE_MAX else None
+        return Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", None, full)
     memo = Memo(
         vkey=vkey,
         seq=0,
