@@ -270,8 +270,8 @@ def _keep_latest(
         frame.versions, split[0], split[1],
     )  # fmt: skip
     txn.put(LATEST, latest_key(tkey), _enc.encode(latest))
-    prefix = writes_prefix(sid, cid)
-    if not txn.rows(WRITES, prefix, prefix_end(prefix), 1):
+    prefix = writes_prefix(sid, cid)  # ends in UTF-8: never all 0xff, so it has an end
+    if not txn.rows(WRITES, prefix, prefix_end(prefix) or prefix, 1):
         txn.put(LATEST, latest_writes_key(tkey), _enc.encode((cid, ())))  # LatestWrites
     else:  # writes stored before (a re-put): readers read them from the write rows
         txn.delete(LATEST, latest_writes_key(tkey))
@@ -282,7 +282,7 @@ def _stored_whole(
 ) -> tuple[tuple[tuple[str, Chain], ...], tuple[tuple[int, str], ...]] | None:
     """The chains of ``frame`` (at ``seq``) when it stores every channel of its versions
     whole and inline, or empty (a small state's put: nothing else is read), else ``None``."""
-    values = []
+    values: list[tuple[str, Chain]] = []
     for channel in frame.versions:
         b = mine.get(channel)
         if b is None:
