@@ -92,10 +92,13 @@ class Patches:
         )
         self._full_bytes = 0
 
-    def known(self, key: tuple[int, int, str]) -> tuple[str, bytes] | None:
+    def known(self, key: tuple[int, int, str], *, touch: bool = True) -> tuple[str, bytes] | None:
+        """The bytes kept at ``key``; ``touch``: a hit counts as a use (least recently used
+        first out). A scan (``list``) does not touch: walking a thread newest first would leave
+        its newest values the least recently used, the first dropped by the next reads."""
         with self._lock:
             hit = self._full.get(key)
-            if hit is not None:
+            if hit is not None and touch:
                 self._full.move_to_end(key)
             return hit
 
@@ -169,7 +172,7 @@ def materialize(
     if j > i:  # a keyframe read from its frame: keep its bytes (the base
         # of up to KEYFRAME_EVERY patches), so the next read of one of them reads no frame
         key = (sid, chain[j][0], chain[j][1].channel)
-        if patches.known(key) is None:
+        if patches.known(key, touch=False) is None:
             patches.keep(key, (chain[j][1].type, data))
     for k in range(j - 1, i - 1, -1):
         data = patches.apply((sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data)
@@ -214,10 +217,13 @@ class BlobReader:
         patches: Patches | None = None,
         *,
         keyframes: bool = True,
+        touch: bool = True,
     ) -> None:
         """``keyframes=False``: chains as the frames store them (a patch's keyframe blob from
-        its frame, never from its raw ``f`` row, whose blob carries the patch's version)."""
+        its frame, never from its raw ``f`` row, whose blob carries the patch's version).
+        ``touch=False``: the kept bytes it finds do not count as used (a scan: ``list``)."""
         self.keyframes = keyframes
+        self.touch = touch
         self.log = log
         self.txn = txn
         self.sid = sid
@@ -279,7 +285,7 @@ class BlobReader:
         seq = blob_seq(self.txn, self.sid, channel, version)
         if seq is None:
             return None
-        hit = self.patches.known((self.sid, seq, channel))
+        hit = self.patches.known((self.sid, seq, channel), touch=self.touch)
         if hit is not None:  # its bytes are kept (written or read before): nothing to resolve
             return ((seq, LgBlob(channel, version, BLOB_FULL, *hit)),)
         blob = self.blob(seq, channel)
@@ -328,7 +334,7 @@ class BlobReader:
                 f"{blob.base} is not an earlier frame (or the chain exceeds {CHAIN_READ_MAX})",
                 seq=seq,
             )
-        hit = self.patches.known((self.sid, blob.base, blob.channel))
+        hit = self.patches.known((self.sid, blob.base, blob.channel), touch=self.touch)
         if hit is None and blob.kind == BLOB_PATCH:
             hit = self.keyframe(blob.base, blob.channel)
         if hit is not None:  # its bytes are kept: no need to read its frame
