@@ -253,10 +253,10 @@ class CkptlogSaver(SaverReads):
     def _remember(self, stream: str, op: PutFrame, done: Appended | None) -> None:
         if done is None:
             return
-        for channel, memo in op.memos:
+        for _, memo in op.memos:
             if memo is not None:
                 memo.committed(done.seq)
-                self._memos.put(stream, channel, memo)
+        self._memos.put_many(stream, op.memos)
         for channel, full in op.fulls:  # the bytes a read of this version (or a delta) needs
             self._patches.keep((op.sid, done.seq, channel), full)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import operator
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ from eventlog.frames import (
 from eventlog.integrations.langgraph_rows import (
     CHAIN_RATIO,
     CHAIN_READ_MAX,
+    INLINE_MAX,
     KEYFRAME_EVERY,
     MEMO_BYTES_MAX,
     MEMO_ENTRIES_MAX,
@@ -91,10 +92,13 @@ class Patches:
         )
         self._full_bytes = 0
 
-    def known(self, key: tuple[int, int, str]) -> tuple[str, bytes] | None:
+    def known(self, key: tuple[int, int, str], *, touch: bool = True) -> tuple[str, bytes] | None:
+        """The bytes kept at ``key``; ``touch``: a hit counts as a use (least recently used
+        first out). A scan (``list``) does not touch: walking a thread newest first would leave
+        its newest values the least recently used, the first dropped by the next reads."""
         with self._lock:
             hit = self._full.get(key)
-            if hit is not None:
+            if hit is not None and touch:
                 self._full.move_to_end(key)
             return hit
 
@@ -168,7 +172,7 @@ def materialize(
     if j > i:  # a keyframe read from its frame: keep its bytes (the base
         # of up to KEYFRAME_EVERY patches), so the next read of one of them reads no frame
         key = (sid, chain[j][0], chain[j][1].channel)
-        if patches.known(key) is None:
+        if patches.known(key, touch=False) is None:
             patches.keep(key, (chain[j][1].type, data))
     for k in range(j - 1, i - 1, -1):
         data = patches.apply((sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data)
@@ -213,10 +217,13 @@ class BlobReader:
         patches: Patches | None = None,
         *,
         keyframes: bool = True,
+        touch: bool = True,
     ) -> None:
         """``keyframes=False``: chains as the frames store them (a patch's keyframe blob from
-        its frame, never from its raw ``f`` row, whose blob carries the patch's version)."""
+        its frame, never from its raw ``f`` row, whose blob carries the patch's version).
+        ``touch=False``: the kept bytes it finds do not count as used (a scan: ``list``)."""
         self.keyframes = keyframes
+        self.touch = touch
         self.log = log
         self.txn = txn
         self.sid = sid
@@ -278,7 +285,7 @@ class BlobReader:
         seq = blob_seq(self.txn, self.sid, channel, version)
         if seq is None:
             return None
-        hit = self.patches.known((self.sid, seq, channel))
+        hit = self.patches.known((self.sid, seq, channel), touch=self.touch)
         if hit is not None:  # its bytes are kept (written or read before): nothing to resolve
             return ((seq, LgBlob(channel, version, BLOB_FULL, *hit)),)
         blob = self.blob(seq, channel)
@@ -327,7 +334,7 @@ class BlobReader:
                 f"{blob.base} is not an earlier frame (or the chain exceeds {CHAIN_READ_MAX})",
                 seq=seq,
             )
-        hit = self.patches.known((self.sid, blob.base, blob.channel))
+        hit = self.patches.known((self.sid, blob.base, blob.channel), touch=self.touch)
         if hit is None and blob.kind == BLOB_PATCH:
             hit = self.keyframe(blob.base, blob.channel)
         if hit is not None:  # its bytes are kept: no need to read its frame
@@ -406,10 +413,17 @@ class Memos:
             self._bytes -= memo_weight(dropped)
 
     def put(self, stream: str, channel: str, memo: Memo) -> None:
+        self.put_many(stream, ((channel, memo),))
+
+    def put_many(self, stream: str, memos: Iterable[tuple[str, Memo | None]]) -> None:
+        """The memos of a put's channels (``None``: no memo), under one lock."""
         with self._lock:
-            self._drop((stream, channel))
-            self._memos[stream, channel] = memo
-            self._bytes += memo_weight(memo)
+            for channel, memo in memos:
+                if memo is None:
+                    continue
+                self._drop((stream, channel))
+                self._memos[stream, channel] = memo
+                self._bytes += memo_weight(memo)
             while self._memos and (
                 len(self._memos) > MEMO_ENTRIES_MAX or self._bytes > MEMO_BYTES_MAX
             ):
@@ -444,8 +458,16 @@ def msgpack_array_header(count: int) -> bytes:
 
 
 def full_blob(channel: str, version: Any, vkey: bytes, value: Any, serde: Serde) -> Pending:
+    """The value stored whole. Only a value a delta can be taken against (a list, or one of
+    ``PATCH_MIN_BYTES`` or more) gets a memo; its bytes are kept for reads (``Pending.full``)
+    when it is such a base or too big to be inlined in read rows: a small scalar is neither
+    (the channel's last memo, if any, stays: a delta against it is checked in the write
+    transaction as any other)."""
     typ, data = serde.dumps_typed(value)
     is_list = type(value) is list
+    if not is_list and len(data) < PATCH_MIN_BYTES:
+        full = (typ, data) if len(data) > INLINE_MAX else None
+        return Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", None, full)
     memo = Memo(
         vkey=vkey,
         seq=0,

@@ -276,9 +276,8 @@ def _keep_latest(
         frame.versions, split[0], split[1],
     )  # fmt: skip
     txn.put(LATEST, latest_key(tkey), _enc.encode(latest))
-    prefix = writes_prefix(sid, cid)
-    end = prefix_end(prefix)
-    if end is None or not txn.rows(WRITES, prefix, end, 1):
+    prefix = writes_prefix(sid, cid)  # ends in UTF-8: never all 0xff, so it has an end
+    if not txn.rows(WRITES, prefix, prefix_end(prefix) or prefix, 1):
         txn.put(LATEST, latest_writes_key(tkey), _enc.encode((cid, ())))  # LatestWrites
     else:  # writes stored before (a re-put): readers read them from the write rows
         txn.delete(LATEST, latest_writes_key(tkey))

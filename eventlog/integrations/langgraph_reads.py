@@ -200,7 +200,7 @@ class SaverReads(BaseCheckpointSaver[str]):
         for ch, seq, inline in rr.values:
             blob = inline
             if blob is None or blob.kind == BLOB_PATCH:
-                hit = patches.known((sid, seq, ch))
+                hit = patches.known((sid, seq, ch), touch=reader.touch)
                 if hit is not None:  # its resolved bytes are kept: no frame read
                     chains.append((ch, ((seq, LgBlob(ch, 0, BLOB_FULL, *hit)),)))
                     continue
@@ -325,8 +325,10 @@ class SaverReads(BaseCheckpointSaver[str]):
             if channels is None or w.channel in channels
         ]
 
-    def _reader(self, txn: ReadTxn, sid: int, serde: SerializerProtocol) -> BlobReader:
-        return BlobReader(self.log, txn, sid, serde.loads_typed, self._patches)
+    def _reader(
+        self, txn: ReadTxn, sid: int, serde: SerializerProtocol, *, touch: bool = True
+    ) -> BlobReader:
+        return BlobReader(self.log, txn, sid, serde.loads_typed, self._patches, touch=touch)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``checkpoint_id`` (else the newest one) of the namespace."""
@@ -470,7 +472,7 @@ class SaverReads(BaseCheckpointSaver[str]):
         for key, cid, known in keys:
             reader = readers.get(key[2])
             if reader is None:
-                reader = readers[key[2]] = self._reader(txn, key[2], serde)
+                reader = readers[key[2]] = self._reader(txn, key[2], serde, touch=False)
             read = self._read(key, cid, known, reader)
             if read is not None:  # else removed since it was listed
                 out.append(read)
@@ -544,7 +546,7 @@ class SaverReads(BaseCheckpointSaver[str]):
                 start = U64.pack(sid)
                 stop = checkpoint_key(sid, before) if before is not None else U64.pack(sid + 1)
             key = (tid, ns, sid)
-            reader = self._reader(txn, sid, serde)
+            reader = self._reader(txn, sid, serde, touch=False)  # a scan: kept bytes stay old
             scan = stream_rows(txn, sid, start, stop)
             last: str | None = None
             while len(out) < n:

@@ -615,10 +615,9 @@ def _apply_remove(txn: WriteTxn, sid: int, frame: LgRemove, tkey: bytes) -> None
         drop_latest(txn, tkey)  # the newest checkpoint is removed: readers fall back
     if ids is None:
         for key, rraw, old in list(stream_rows(txn, sid, k, U64.pack(sid + 1))):
-            row = row_of_read(rraw) if rraw is not None else _dec_ckpt.decode(old)  # type: ignore[arg-type]
-            if row.run_id is not None:
-                cid = key[8:].decode("utf-8", "surrogatepass")
-                txn.delete(RUNS, run_key(row.run_id, sid, cid))
+            run = (row_of_read(rraw) if rraw is not None else _dec_ckpt.decode(old)).run_id  # type: ignore[arg-type]
+            if run is not None:
+                txn.delete(RUNS, run_key(run, sid, key[8:].decode("utf-8", "surrogatepass")))
         txn.delete_prefix(CHECKPOINTS, k)
         txn.delete_prefix(READS, k)
         txn.delete_prefix(LATEST, keyframe_prefix(sid))

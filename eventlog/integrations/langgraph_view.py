@@ -356,6 +356,7 @@ class _NoFrames(BlobReader):
         self.patches = Patches(0)
         self._keyframes = {}
         self.keyframes = False
+        self.touch = False
 
     def frame(self, seq: int) -> Any:
         raise CorruptFrame(f"seq {seq}: applying a frame reads no other frame", seq=seq)
