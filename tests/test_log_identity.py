@@ -123,8 +123,10 @@ def test_creation_failing_midway_leaves_a_creatable_path(
         if where == "data-file":
             m.setattr(lmdb, "open", _truncating_open(lmdb.open))
         else:
-            put = lmdb_backend._LmdbWrite.put
-            m.setattr(lmdb_backend._LmdbWrite, "put", _failing_meta_put(put))
+            # Both write transactions' puts (a durable log's is the logged one, which does
+            # not go through the plain one's).
+            for cls in (lmdb_backend._LmdbWrite, lmdb_backend._LmdbLoggedWrite):
+                m.setattr(cls, "put", _failing_meta_put(cls.put))
         with pytest.raises(OSError):
             EventLog.open(path)
     assert (tmp_path / "beside.txt").read_text() == "not ours"
