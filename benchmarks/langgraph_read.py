@@ -457,37 +457,32 @@ def markdown(lmdb: dict[str, Any] | None, pg: dict[str, Any] | None) -> str:
 
 
 LG_READ_NOTES = """\
-What the figures show (LMDB run at load 5.1-7.0 on 2 cores shared with other work, which the
-interleaving spreads over both savers but not out of the full `list` rows): every read is built
-on one read row per checkpoint (`lg_reads`: row, body, versions, each channel's blob seq and the
-blob itself up to 2 KiB) and, for `get_tuple` latest, the `lg_latest` rows; no read walks the
-thread. Met: `get_tuple` latest (1.12-1.17x, flat, both states; one statement on PostgreSQL);
-`get_tuple(checkpoint_id)` and `list(limit=20)` of the small state (1.04-1.33x, flat: one read
-row and one writes scan per checkpoint, no frame); the 64 KiB state read by id to 10,000 steps
-(2.10x, 1.74x, 1.22x) and listed to 1,000 (1.20-1.29x); the full `list` of the 64 KiB state
-(1.79-5.17x). Read by id at 100,000 steps the 64 KiB state is at par (0.97x, 60 µs against 58;
-it was 0.41x, 139 µs, before the second #27 pass): a patched channel's keyframes after the first
-have a row of their raw bytes (`lg_latest` `f` row), so a read whose keyframe the saver did not
-keep reads that row instead of decompressing the keyframe's frame, and applies the patch on the
-thread's one zstd decoder as a content dictionary chain instead of building a decoder with a 64
-KiB dictionary. What it still pays over SQLite's one row: the row's 64 KiB copied twice (sliced
-out of the row, framed as raw zstd blocks) and the patch (about 10-15 µs); hence also its
-flatness (2.45x: at 100 steps every keyframe is kept). Missed: `list(limit=20)` of the 64 KiB
-state at 10,000 and 100,000 steps (0.84x, 0.88x), where every value is kept by the saver
-(counted: no patch applied), so what remains is Python per item and the cyclic GC over what it
-allocates (a full `list` item costs 30-40% less with the GC off); and the full `list` per item
-of the small state at 1,000 and 100,000 steps (0.74x, 0.66x; 1.09x and 1.00x at 100 and 10,000:
-both savers' per-item figures move 2-4x between lengths with the machine's load, so the flatness
-column measures the load). What would close them (not built): the f row stored already framed
-and the patch applied without copying it (or a copy/insert patch format applied by slicing); for
-`list`, the read row decoded straight into the tuple's dicts and row structs the GC does not
-track (msgspec `gc=False` on `CkptRow`, `LgBlob`, `ReadRow`: 10-15% in one noisy A/B, not
-landed). On PostgreSQL (`--pg`, run after the LMDB run on the shared server, load 4.2-5.3) every
-cell is met (1.10-228x): a read by id is three statements (stream id, read row, writes), a `list`
-chunk three, `get_tuple` latest one, while PostgresSaver's reads grow with the thread (its
-`get_tuple` latest of the small state took 14 ms at 10,000 steps). The async rows are ahead
-because the async SQLite and PostgreSQL savers pay their driver's own event loop hop.
-`docs/design.md` ("LangGraph reads")."""
+What the figures show (LMDB run on the merged code of this session's third #27 pass, load 3.6
+rising to 5.8 during the run: a CI replay shared the 2 cores). Every read is built on one read
+row per checkpoint (`lg_reads`, which since this pass also replaces the `lg_checkpoints` row: one
+row and one table fewer per put) and, for `get_tuple` latest, the `lg_latest` rows; no read walks
+the thread. Ratios: every cell is at or above 1.0x except the small state's full `list` per item
+at 1,000 steps (0.85x; 1.34x, 1.48x and 1.62x at the other lengths). The 64 KiB state read by id
+is 1.77 / 1.58 / 1.07 / 1.02x (the last session: 2.10 / 1.74 / 1.22 / 0.97x): a patch whose
+keyframe the thread met once is applied by a decoder built for that keyframe as a raw content
+dictionary and dropped (callgrind: a cold 64 KiB read by id 734k -> 597k instructions); its
+`list(limit=20)` is 1.68-1.91x to 10,000 steps and 1.10x at 100,000 (was 0.84x / 0.88x): the row
+structs a read decodes are not tracked by the cyclic GC (`gc=False`), a tuple is built
+positionally, a chunk's empty writes skip their scan, and a list scan no longer counts the kept
+bytes it meets as used (callgrind per full-list item: small 98k -> 76k instructions, 64 KiB 258k
+-> 230k). Missed: the flatness column of the 64 KiB rows (1.78-3.48). It compares ckptlog's
+latency at 100,000 steps with its latency at 100, measured minutes apart while the load
+doubled: SqliteSaver's own latency moved the same way in the same rounds (its `get_tuple`
+latest, flat by construction, went from 52 to 85 µs; ours from 45 to 80 µs), so this run cannot
+show flatness either way. What remains between an uncached 64 KiB read by id (a thread too
+long for its keyframes to be kept) and a cached one is the keyframe copy and the decoder
+set-up. What would close it:
+keyframes stored already framed for the decoder, or a copy/insert patch applied by slicing a
+memoryview of the keyframe row. On PostgreSQL (`--pg`, the last session's run on the shared
+server, load 4.2-5.3) every cell is met (1.10-228x): a read by id is three statements (stream id,
+read row, writes), a `list` chunk three, `get_tuple` latest one, while PostgresSaver's reads grow
+with the thread. The async rows are ahead because the async SQLite and PostgreSQL savers pay
+their driver's own event loop hop. `docs/design.md` ("LangGraph reads")."""
 
 
 def stored_section(lmdb: Path = RESULTS, pg: Path = RESULTS_PG) -> str | None:
