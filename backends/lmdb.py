@@ -1005,10 +1005,13 @@ class _LmdbRead(ReadTxn):
         db = self._db(table)
         if db is None:
             return None
-        cur = self._txn.cursor(db=db)
-        if not cur.last():
-            return None
-        key: bytes = cur.key()
+        try:
+            cur = self._txn.cursor(db=db)
+            if not cur.last():
+                return None
+            key: bytes = cur.key()
+        except lmdb.Error as e:  # a damaged page: say so in our terms
+            raise _translate(e, "finding the last key") from e
         return key
 
     def count(self, table: str) -> int:

@@ -250,7 +250,7 @@ class EventLog(GroupCommit):
     def _check_meta(self, compress_threshold_bytes: int | None) -> dict[str, Any]:
         with self.backend.read() as txn:
             raw = txn.get(META, b"format")
-            has_frames = txn.last_key(LOG) is not None
+            has_frames = raw is None and txn.last_key(LOG) is not None  # (damage: verify's)
         if raw is None:
             if has_frames:
                 raise NotALog(
