@@ -6,15 +6,18 @@ frames built here. Streams: one per ``(thread_id, checkpoint_ns)``, keyed
 ``s16(x)`` = u16 length + UTF-8 of ``x``):
 
 - ``lg_threads``: ``s16(thread_id) + ns`` -> sid, for every stream whose view is not empty;
-- ``lg_checkpoints``: sid + checkpoint id -> :class:`projections.langgraph.CkptRow`;
+- ``lg_checkpoints``: sid + checkpoint id -> :class:`projections.langgraph.CkptRow`, for
+  checkpoints stored before the read row replaced it (logs written before; a checkpoint
+  stored again loses it): a put writes none;
 - ``lg_blobs``: sid + ``s16(channel)`` + version key -> u64 seq of the frame holding the blob;
 - ``lg_writes``: sid + ``s16(checkpoint id)`` + ``s16(task id)`` + u32 (idx + 2**31) ->
   :class:`projections.langgraph.WriteRow`;
 - ``lg_runs``: ``s16(run_id)`` + sid + checkpoint id -> b"";
 - ``lg_reads``: sid + checkpoint id -> :class:`ReadRow` (what ``get_tuple`` / ``list`` read:
   the checkpoint row, body, versions, and per channel the seq of its blob's frame and the blob
-  itself when small), written with the checkpoint row by :func:`apply_rows`; absent for
-  checkpoints stored before it existed (readers fall back to the frame);
+  itself when small), written by :func:`apply_rows`: a checkpoint's one row. Absent for
+  checkpoints stored before it existed (they have their ``lg_checkpoints`` row; readers fall
+  back to the frame); :func:`stream_rows` walks both tables merged by key;
 - ``lg_latest``: ``b"c" + s16(thread_id) + ns`` -> :class:`LatestRow` (the newest checkpoint
   with its channel values resolved: what ``get_tuple`` latest returns but the writes) and
   ``b"w" + s16(thread_id) + ns`` -> :class:`LatestWrites` (the writes stored against it),
