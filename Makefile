@@ -10,7 +10,7 @@ PKG_DIRS := eventlog projections backends
 # Smoke runs write their JSON here, never over the published figures in benchmarks/results/.
 SMOKE_OUT := $(shell mktemp -d)
 
-.PHONY: demo test test-fast lint type check bench-smoke bench soak clean
+.PHONY: demo test test-long test-fast lint type check bench-smoke bench soak clean
 
 $(PY):
 	$(PY_BOOT) -m venv $(VENV)
@@ -31,13 +31,17 @@ $(STAMP_BENCH): pyproject.toml | $(PY)
 demo: $(STAMP_RUN)
 	$(PY) -m eventlog.demo --path demo-data/fanout.ckpt
 
-test: $(STAMP_DEV)
+test: $(STAMP_DEV)  # everything but the soak-sized tests (marked long): under 15 minutes
 	.ci/system-packages
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not long"
+
+test-long: $(STAMP_DEV)  # the soak-sized tests make test leaves out (CI runs both)
+	.ci/system-packages
+	$(PY) -m pytest -q -m long
 
 test-fast: $(STAMP_DEV)  # everything but the tests marked slow (over a few seconds each)
 	.ci/system-packages
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not long"
 
 lint: $(STAMP_DEV)
 	$(VENV)/bin/ruff check $(PKG_DIRS) tests benchmarks soak

@@ -445,6 +445,7 @@ def test_partial_runs_are_marked_in_tables_and_targets(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_user_peers_run_beside_the_built_in_ones(tmp_path: Path) -> None:
     """--peer with an openarmature Checkpointer (ckptlog's own, stated process), a LangGraph
     BaseCheckpointSaver (durability unstated: fsync) and a bare protocol store without

@@ -19,6 +19,7 @@ from benchmarks.pg_report import SECTION_TITLE, carried, markdown, replace_secti
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_pg_compare_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "pg_compare.json"
     doc = tmp_path / "benchmarks.md"

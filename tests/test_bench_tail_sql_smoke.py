@@ -32,6 +32,7 @@ def test_export_parquet_benchmark_quick(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_tail_lag_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "tail_lag.json"
     stdout = run_module("benchmarks.tail_lag", "--quick", "--out", str(out), timeout=300)

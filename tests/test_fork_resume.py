@@ -80,14 +80,14 @@ def completed(record: Any) -> set[int]:
 
 @pytest.mark.parametrize(
     ("n_items", "fail_at"),
-    [pytest.param(ITEMS, FAIL_AT, marks=pytest.mark.slow), (120, 84)],
+    [pytest.param(ITEMS, FAIL_AT, marks=[pytest.mark.slow, pytest.mark.long]), (120, 84)],
     ids=["1200-items", "120-items"],
 )
 def test_a_failed_fan_out_forked_before_the_failure_resumes_what_the_fork_had_not_done(
     tmp_path: Path, n_items: int, fail_at: int
 ) -> None:
-    """The story of docs/forensics.md (1,200 items failing at 847: ~20 s, so ``slow``; the
-    same at a tenth of the size runs in every ``make test``)."""
+    """The story of docs/forensics.md (1,200 items failing at 847: ~20 s, so ``slow`` and ``long``:
+    ``make test-long``; the same at a tenth of the size runs in every ``make test``)."""
     path = tmp_path / "log"
     items = list(range(n_items))
     ran: Counter[int] = Counter()

@@ -137,6 +137,7 @@ def kill_rounds(tmp_path: Path, seed: int, rounds: int) -> None:
         server.close()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("seed", [1])
 def test_survivors_of_killed_writers_never_hang(tmp_path: Path, seed: int, long_run: bool):
     kill_rounds(tmp_path, seed, ROUNDS_LONG if long_run else ROUNDS)

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.long
 def test_soak_smoke_runs_every_section_and_finds_nothing(tmp_path: Path) -> None:
     out = tmp_path / "reliability.md"
     proc = subprocess.run(
