@@ -67,6 +67,7 @@ bench-smoke: $(STAMP_DEV)
 	$(PY) -m benchmarks.openarmature_fanout --quick --out $(SMOKE_OUT)/openarmature_fanout.json
 	$(PY) -m benchmarks.pg_compare --quick --out $(SMOKE_OUT)/pg_compare.json
 	$(PY) -m benchmarks.durable_commit --quick --out $(SMOKE_OUT)/durable_commit.json
+	$(PY) -m benchmarks.cold_commit --quick --out $(SMOKE_OUT)/cold_commit.json
 	$(PY) -m benchmarks.export_parquet --quick --out $(SMOKE_OUT)/export_parquet.json
 	$(PY) -m benchmarks.tail_lag --quick --out $(SMOKE_OUT)/tail_lag.json
 
@@ -82,6 +83,7 @@ bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.openarmature_fanout --sizes 1000
 	$(PY) -m benchmarks.pg_compare --doc  # the PostgreSQL section of docs/benchmarks.md
 	$(PY) -m benchmarks.durable_commit  # issue 28: docs/benchmarks.md, "One device flush"
+	$(PY) -m benchmarks.cold_commit  # issue 28: a commit's CPU after a wait for the device
 	$(PY) -m benchmarks.export_parquet  # issue 25: Parquet export of 1,000,000 frames
 	$(PY) -m benchmarks.tail_lag  # issue 25: ckptlog tail, commit -> line, writer's cost
 
