@@ -151,6 +151,7 @@ def _instance_counts(cl: CheckpointLog) -> dict[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_workers_on_separate_hosts_survive_kills_and_cut_links(
     pg_schemas: PgSchemas, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
