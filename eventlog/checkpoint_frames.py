@@ -9,6 +9,7 @@ writer thread builds inside the write transaction, in call order, against the st
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import operator
 from collections.abc import Callable, Iterable
@@ -226,6 +227,7 @@ _raw_of = operator.attrgetter("raw")  # of an _InstanceChange, at C speed
 _key_of = operator.attrgetter("key")
 _index_of = operator.attrgetter("index")
 _saved_at_of = operator.attrgetter("saved_at")
+_progress_of = operator.attrgetter("progress")
 
 
 class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
@@ -407,10 +409,10 @@ class _InstanceSaves(_HeadFrame):
                 raws = list(map(_raw_of, batch))
                 times = list(map(_saved_at_of, batch))
                 if slots is not None:
-                    slot = slots[hd.fid]
-                    insts = slot.instances
-                    for ch in batch:
-                        insts[ch.index] = ch.progress
+                    slot = slots[hd.fid]  # in call order (the later wins), at C speed
+                    collections.deque(
+                        map(slot.instances.__setitem__, indices, map(_progress_of, batch)), 0
+                    )
                     slot.src = None
                 self.rows = (hd.fid, indices, raws)
                 return Save(

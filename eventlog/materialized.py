@@ -27,16 +27,15 @@ import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.codec import enc_hook
-from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot
+from eventlog.frames import FanOutHeader, Save, Snapshot
 from eventlog.layout import U16, U32, U32X2, U64
 from eventlog.records import (
     NOT_STARTED,
     CheckpointSummary,
     FanOutInstanceProgress,
     NodePosition,
-    is_not_started,
 )
-from projections.records import Head, Slot
+from projections.records import Head, Slot, started_changes
 
 HEADS: Final = "heads"
 BODIES: Final = "bodies"
@@ -377,12 +376,7 @@ def full_save(head: Head) -> Save:
         parent_states=head.parent_states,
         positions_from=0,
         positions=tuple(head.positions),
-        instances=tuple(
-            InstanceChange(s.header.fid, i, p)
-            for s in head.slots
-            for i, p in enumerate(s.instances)
-            if not is_not_started(p)
-        ),
+        instances=started_changes(head.slots),
     )
 
 
