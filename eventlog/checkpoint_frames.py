@@ -43,7 +43,6 @@ from eventlog.materialized import (
     load_rows,
     read_positions,
     read_row,
-    snapshot_instances,
     write_instance_rows,
     write_instance_saves,
     write_instances,
@@ -159,8 +158,7 @@ class _HeadFrame(DeferredFrame):
         self.plan = (before_row, frame, head, as_snapshot)
         if not as_snapshot:
             return frame
-        layout = tuple(s.header for s in head.slots)  # instances from the rows: the same bytes
-        full = snapshot(head, snapshot_instances(txn, sid, layout, self.overlay(frame)))
+        full = snapshot(head)
         calls = self._calls(frame)
         if calls is not None:  # save_instance calls: keep them, which the record hides
             full = msgspec.structs.replace(full, batch=calls[0], instance_saved_at=calls[1])

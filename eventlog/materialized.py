@@ -445,27 +445,6 @@ def read_page(
     return stop, len(indices), change_array(hd.fid, indices, values)
 
 
-def snapshot_instances(
-    txn: ReadTxn, sid: int, layout: Iterable[FanOutHeader], overlays: dict[int, dict[int, bytes]]
-) -> msgspec.Raw:
-    """What :func:`~projections.records.snapshot` lists of a head whose fan-outs are
-    ``layout`` (in the head's order), as the encoded ``InstanceChange`` array: read from the
-    stream's fan-out rows with a frame's changes ``overlays`` (fid -> index -> encoded
-    progress, not yet in the rows) laid over them, not-started instances left out. The same
-    bytes as encoding the head's instances (the rows hold each one's encoding), assembled at C
-    speed: no instance is encoded, and absent rows (not started) are not visited."""
-    parts: list[bytes] = []
-    count = 0
-    for hd in layout:
-        if hd.instance_count <= 0:
-            continue
-        overlay = overlays.get(hd.fid, {})
-        _, n, raw = read_page(txn, sid, hd, 0, overlay, hd.instance_count, 1 << 62)
-        parts.append(raw[len(_array_header(n)) :])
-        count += n
-    return msgspec.Raw(_array_header(count) + b"".join(parts))
-
-
 def change_array(fid: int, indices: list[int], raws: list[bytes]) -> bytes:
     """The msgpack array of ``InstanceChange(fid, index, progress)`` for each index and
     encoded progress, assembled from the bytes at C speed."""

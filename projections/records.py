@@ -302,9 +302,8 @@ def to_record(head: Head) -> CheckpointRecord:
     )
 
 
-def snapshot(head: Head, instances: Any = None) -> Snapshot:
-    """The full-record frame equal to ``head``. ``instances``: what it lists (the
-    ``InstanceChange`` array already encoded, as ``msgspec.Raw``), else built from the head."""
+def snapshot(head: Head) -> Snapshot:
+    """The full-record frame equal to ``head``."""
     return Snapshot(
         kind=head.kind,
         saved_at=head.last_saved_at,
@@ -315,7 +314,7 @@ def snapshot(head: Head, instances: Any = None) -> Snapshot:
         parent_states=head.parent_states,
         positions=tuple(head.positions),
         layout=tuple(s.header for s in head.slots),
-        instances=started_changes(head.slots) if instances is None else instances,
+        instances=started_changes(head.slots),
         next_fid=head.next_fid,
     )
 
