@@ -448,12 +448,11 @@ def read_page(
 def change_array(fid: int, indices: list[int], raws: list[bytes]) -> bytes:
     """The msgpack array of ``InstanceChange(fid, index, progress)`` for each index and
     encoded progress, assembled from the bytes at C speed."""
-    head = b"\x93" + _enc.encode(fid)
-    return _array_header(len(indices)) + b"".join(
-        itertools.chain.from_iterable(
-            zip(itertools.repeat(head), map(_enc.encode, indices), raws, strict=False)
-        )
-    )
+    n = len(indices)
+    parts = [b"\x93" + _enc.encode(fid)] * (3 * n)  # each entry's head, then by slices (no
+    parts[1::3] = list(map(_enc.encode, indices))  # tuple per change): its index and progress
+    parts[2::3] = raws
+    return _array_header(n) + b"".join(parts)
 
 
 _ROW_KEY: Final = struct.Struct(">QII")  # sid, fid, index: a fan-out row's key
