@@ -9,6 +9,7 @@ writer thread builds inside the write transaction, in call order, against the st
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import operator
 from collections.abc import Callable, Iterable
@@ -226,6 +227,7 @@ _raw_of = operator.attrgetter("raw")  # of an _InstanceChange, at C speed
 _key_of = operator.attrgetter("key")
 _index_of = operator.attrgetter("index")
 _saved_at_of = operator.attrgetter("saved_at")
+_progress_of = operator.attrgetter("progress")
 
 
 class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
@@ -279,12 +281,14 @@ class _InstanceSaves(_HeadFrame):
         self.rows: tuple[int, list[int], list[bytes]] | None = None
 
     @classmethod
-    def of_call(cls, owner: CheckpointLog, changes: list[_InstanceChange]) -> _InstanceSaves:
-        """One frame of a ``save_instances`` call: refused whole if the head refuses any of
-        its changes, and never joined with other calls."""
+    def of_call(
+        cls, owner: CheckpointLog, changes: list[_InstanceChange], size: int
+    ) -> _InstanceSaves:
+        """One frame of a ``save_instances`` call (``size``: its changes' sizes, summed):
+        refused whole if the head refuses any of its changes, and never joined with others."""
         batch = cls(owner, changes[0])
         batch.changes = changes
-        batch.bytes = sum(len(ch.raw) for ch in changes) + INSTANCE_OVERHEAD_BYTES * len(changes)
+        batch.bytes = size
         batch.strict = True
         return batch  # one key: the call's
 
@@ -407,10 +411,10 @@ class _InstanceSaves(_HeadFrame):
                 raws = list(map(_raw_of, batch))
                 times = list(map(_saved_at_of, batch))
                 if slots is not None:
-                    slot = slots[hd.fid]
-                    insts = slot.instances
-                    for ch in batch:
-                        insts[ch.index] = ch.progress
+                    slot = slots[hd.fid]  # in call order (the later wins), at C speed
+                    collections.deque(
+                        map(slot.instances.__setitem__, indices, map(_progress_of, batch)), 0
+                    )
                     slot.src = None
                 self.rows = (hd.fid, indices, raws)
                 return Save(
@@ -581,6 +585,25 @@ def staged_frames(
             out.append((stream, batch, stop - start))
             start, base = stop, ends[stop - 1]
     return out
+
+
+def call_frames(owner: CheckpointLog, changes: list[_InstanceChange]) -> list[_InstanceSaves]:
+    """A ``save_instances`` call's changes as its frames, cut at C speed where adding a change
+    would pass ``BATCH_CHANGES_MAX`` changes or ``batch_bytes_max`` bytes (a change bigger
+    than that alone is a frame of its own)."""
+    sizes = map(len, map(_raw_of, changes))
+    ends = list(
+        itertools.accumulate(map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES)))
+    )
+    frames: list[_InstanceSaves] = []
+    start, n, base = 0, len(changes), 0
+    while start < n:
+        stop = bisect.bisect_right(
+            ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
+        )
+        frames.append(_InstanceSaves.of_call(owner, changes[start:stop], ends[stop - 1] - base))
+        start, base = stop, ends[stop - 1]
+    return frames
 
 
 def check_in_head(log: EventLog, invocation_id: str, key: _FanOutKey, indices: list[int]) -> None:

@@ -46,12 +46,10 @@ from eventlog import arguments as args
 from eventlog import views
 from eventlog.checkpoint_frames import (
     BATCH_BYTES_MAX,
-    BATCH_CHANGES_MAX,
     HEAD_CACHE_MAX,
     HEAD_ROWS_CACHED_MAX,
     INDEX_END,
     INLINE_LOAD_ROWS_MAX,
-    INSTANCE_OVERHEAD_BYTES,
     PAGE_BYTES_MAX,
     PAGE_ROWS_MAX,
     SNAPSHOT_BYTES_MAX,
@@ -64,6 +62,7 @@ from eventlog.checkpoint_frames import (
     _InstanceSaves,
     _Save,
     _TooBig,
+    call_frames,
     check_in_head,
     staged_frames,
 )
@@ -490,15 +489,7 @@ class CheckpointLog(HeadCache):
         changes = list(
             map(_InstanceChange, itertools.repeat(key), indices, progs, itertools.repeat(at), raws)
         )
-        frames: list[_InstanceSaves] = []
-        start, size = 0, 0
-        for k, raw in enumerate(raws):
-            size += len(raw) + INSTANCE_OVERHEAD_BYTES
-            if k - start >= BATCH_CHANGES_MAX or size > self.batch_bytes_max:
-                frames.append(_InstanceSaves.of_call(self, changes[start:k]))
-                start, size = k, len(raw) + INSTANCE_OVERHEAD_BYTES
-        frames.append(_InstanceSaves.of_call(self, changes[start:]))
-        return frames
+        return call_frames(self, changes)
 
     def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
         """Buffered without counting toward ``flush_every`` under batching, else durable."""

@@ -27,16 +27,15 @@ import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog.codec import enc_hook
-from eventlog.frames import FanOutHeader, InstanceChange, Save, Snapshot
+from eventlog.frames import FanOutHeader, Save, Snapshot
 from eventlog.layout import U16, U32, U32X2, U64
 from eventlog.records import (
     NOT_STARTED,
     CheckpointSummary,
     FanOutInstanceProgress,
     NodePosition,
-    is_not_started,
 )
-from projections.records import Head, Slot
+from projections.records import Head, Slot, started_changes
 
 HEADS: Final = "heads"
 BODIES: Final = "bodies"
@@ -377,12 +376,7 @@ def full_save(head: Head) -> Save:
         parent_states=head.parent_states,
         positions_from=0,
         positions=tuple(head.positions),
-        instances=tuple(
-            InstanceChange(s.header.fid, i, p)
-            for s in head.slots
-            for i, p in enumerate(s.instances)
-            if not is_not_started(p)
-        ),
+        instances=started_changes(head.slots),
     )
 
 
@@ -454,12 +448,11 @@ def read_page(
 def change_array(fid: int, indices: list[int], raws: list[bytes]) -> bytes:
     """The msgpack array of ``InstanceChange(fid, index, progress)`` for each index and
     encoded progress, assembled from the bytes at C speed."""
-    head = b"\x93" + _enc.encode(fid)
-    return _array_header(len(indices)) + b"".join(
-        itertools.chain.from_iterable(
-            zip(itertools.repeat(head), map(_enc.encode, indices), raws, strict=False)
-        )
-    )
+    n = len(indices)
+    parts = [b"\x93" + _enc.encode(fid)] * (3 * n)  # each entry's head, then by slices (no
+    parts[1::3] = list(map(_enc.encode, indices))  # tuple per change): its index and progress
+    parts[2::3] = raws
+    return _array_header(n) + b"".join(parts)
 
 
 _ROW_KEY: Final = struct.Struct(">QII")  # sid, fid, index: a fan-out row's key

@@ -17,6 +17,9 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import itertools
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +42,6 @@ from eventlog.records import (
     FanOutProgress,
     NodePosition,
     instance_from,
-    is_not_started,
     lineage_from,
     position_from,
 )
@@ -312,14 +314,27 @@ def snapshot(head: Head) -> Snapshot:
         parent_states=head.parent_states,
         positions=tuple(head.positions),
         layout=tuple(s.header for s in head.slots),
-        instances=tuple(
-            InstanceChange(s.header.fid, i, p)
-            for s in head.slots
-            for i, p in enumerate(s.instances)
-            if not is_not_started(p)
-        ),
+        instances=started_changes(head.slots),
         next_fid=head.next_fid,
     )
+
+
+def started_changes(slots: Iterable[Slot]) -> tuple[InstanceChange, ...]:
+    """``InstanceChange(fid, index, progress)`` for every instance of ``slots`` but those
+    :func:`~eventlog.records.is_not_started` (what a snapshot or a full save lists), in order,
+    at C speed (``p != NOT_STARTED`` is ``not is_not_started(p)``: an instance equal to it,
+    itself included, is left out)."""
+    out: list[InstanceChange] = []
+    for s in slots:
+        insts = s.instances
+        keep = list(map(operator.ne, insts, itertools.repeat(NOT_STARTED)))
+        out += map(
+            InstanceChange,
+            itertools.repeat(s.header.fid),
+            itertools.compress(range(len(insts)), keep),
+            itertools.compress(insts, keep),
+        )
+    return tuple(out)
 
 
 # -- computing a delta from a caller's record -----------------------------------------------

@@ -497,3 +497,38 @@ class TestLmdbBackend(BackendContract):
                 assert r.count("b") == 0
         finally:
             ro.close()
+
+
+class _Key(bytes):
+    """A bytes subclass: ``put`` and ``put_many`` take it as a key."""
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (b"", r"keys must be non-empty bytes, got b''"),
+        ("k9", r"keys must be non-empty bytes, got 'k9'"),
+        (b"k" * 600, r"key of 600 bytes exceeds the LMDB limit of \d+ bytes"),
+    ],
+)
+@pytest.mark.parametrize("durability", ["process", "fsync"])
+def test_put_many_names_the_bad_key_and_writes_nothing(
+    tmp_path: Path, bad: Any, message: str, durability: str
+) -> None:
+    """``put_many``'s key check at C speed refuses what ``put`` refuses, with its message for
+    the offending key, and the transaction writes nothing; a bytes subclass passes as before
+    (a logged write, ``fsync``, lists the pairs for its redo record)."""
+    backend = _open(tmp_path / "log", durability=durability)
+    try:
+        pairs = [(b"k%d" % i, b"v") for i in range(8)]
+        pairs.insert(5, (bad, b"v"))
+        with pytest.raises(CheckpointError, match=message), backend.write() as w:
+            w.put_many("a", pairs)
+        with backend.read() as r:
+            assert r.count("a") == 0
+        with backend.write() as w:
+            w.put_many("a", [(_Key(b"s%d" % i), b"v%d" % i) for i in range(8)])
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"s%d" % i, b"v%d" % i) for i in range(8)]
+    finally:
+        backend.close()

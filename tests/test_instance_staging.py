@@ -5,6 +5,7 @@ and the frame cuts stay what they were with per-call buffering."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,35 @@ def test_staged_calls_join_the_last_buffered_batch() -> None:
     assert _states(cl, "a")[:4] == ["completed"] * 3 + ["not_started"]
     history = list(cl.history("a"))
     assert len(history) == 2  # the save and the batch
+
+
+@pytest.mark.parametrize(
+    ("sizes", "frames"),
+    [
+        ([1, 1, 1, 1, 1, 1, 1, 1], [3, 3, 2]),  # three small changes per frame
+        ([3, 1, 1, 1, 1, 1, 1, 1], [1, 3, 3, 1]),  # the first fills a frame alone
+        ([9, 1, 1, 9, 1, 1, 1, 9], [1, 2, 1, 3, 1]),  # one above the cap: a frame of its own
+    ],
+)
+def test_save_instances_frames_are_cut_by_bytes(sizes: list[int], frames: list[int]) -> None:
+    """A ``save_instances`` call is cut into frames where the next change would pass
+    ``batch_bytes_max``; a change bigger than that is a frame of its own, the first too."""
+    cl = _log()
+    small = FanOutInstanceProgress("completed", {"i": 0, "pad": ""})
+    unit = len(cl._instance_change("a", "f", 0, small, (), (), None).raw) + 48  # a change's size
+    items = [
+        (i, FanOutInstanceProgress("completed", {"i": i, "pad": "x" * ((k - 1) * unit)}))
+        for i, k in enumerate(sizes)
+    ]
+    one = [len(cl._instance_change("a", "f", i, p, (), (), None).raw) + 48 for i, p in items]
+    cl.batch_bytes_max = 3 * min(one)
+    built = cl._instance_batches("a", "f", items, (), (), None)
+    assert [len(f.changes) for f in built] == frames
+    ends = list(itertools.accumulate(frames))
+    assert [f.bytes for f in built] == [
+        sum(one[e - n : e]) for e, n in zip(ends, frames, strict=True)
+    ]
+    cl.save_instances("a", "f", items)
+    cl.flush()
+    assert _states(cl, "a") == ["completed"] * N
+    assert cl.verify().ok
