@@ -210,8 +210,12 @@ class Patches:
                 f"{key[0]}, channel {key[2]!r}): {e}",
                 seq=key[1],
             ) from e
-        if typ is not None and self.prepared(key) is None:  # its dictionary is built now
-            self._put(key, (typ, dictionary), len(dictionary) + DDICT_BYTES)
+        if (
+            typ is not None
+            and (hit is None or base is not dictionary)  # not a kept decoder's own base
+            and self.prepared(key) is None
+        ):
+            self._put(key, (typ, dictionary), len(dictionary) + DDICT_BYTES)  # built now
         return out
 
 
