@@ -140,26 +140,28 @@ class Patches:
         hit = self.entry(key, touch=False)
         return None if hit is None or isinstance(hit[1], bytes) else hit[1]
 
-    def keep(self, key: tuple[int, int, str], full: tuple[str, bytes]) -> None:
-        self._put(key, full, len(full[1]))
-
-    def _put(
+    def keep(
         self,
         key: tuple[int, int, str],
-        entry: tuple[str, bytes | zstandard.ZstdCompressionDict],
-        weight: int,
+        full: tuple[str, bytes | zstandard.ZstdCompressionDict],
+        weight: int | None = None,
     ) -> None:
+        """Keep ``full`` at ``key``: bytes, or a keyframe prepared (``weight``: its bytes and
+        its decompression dictionary, ``len(dictionary) + DDICT_BYTES``)."""
+        if weight is None:
+            weight = len(full[1])
         if weight > RESOLVED_BYTES_MAX // 8:
             return
         with self._lock:
             old = self._full.pop(key, None)
             if old is not None:
-                self._full_bytes -= _weight(old[1])
-            self._full[key] = entry
+                d = old[1]
+                self._full_bytes -= len(d) if type(d) is bytes else len(d) + DDICT_BYTES
+            self._full[key] = full
             self._full_bytes += weight
             while self._full_bytes > RESOLVED_BYTES_MAX:
-                _, dropped = self._full.popitem(last=False)
-                self._full_bytes -= _weight(dropped[1])
+                d = self._full.popitem(last=False)[1][1]
+                self._full_bytes -= len(d) if type(d) is bytes else len(d) + DDICT_BYTES
 
     def apply(
         self,
@@ -215,17 +217,13 @@ class Patches:
             and (hit is None or base is not dictionary)  # not a kept decoder's own base
             and self.prepared(key) is None
         ):
-            self._put(key, (typ, dictionary), len(dictionary) + DDICT_BYTES)  # built now
+            self.keep(key, (typ, dictionary), len(dictionary) + DDICT_BYTES)  # built now
         return out
 
 
 _Decoders = collections.OrderedDict[
     tuple[int, int, str], tuple[zstandard.ZstdDecompressor, zstandard.ZstdCompressionDict]
 ]
-
-
-def _weight(data: bytes | zstandard.ZstdCompressionDict) -> int:
-    return len(data) if isinstance(data, bytes) else len(data) + DDICT_BYTES
 
 
 def materialize(
