@@ -449,3 +449,90 @@ def test_checkpoints_stored_before_read_rows_replaced_their_rows_read_alike(
     saver.delete_thread("t")
     assert saver.get_tuple(conf("t")) is None
     assert saver.verify().ok
+
+
+def test_a_keyframe_is_kept_prepared_and_the_next_patch_against_it_reads_nothing(
+    lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold reader applying a patch keeps its keyframe as the prepared zstd dictionary: a
+    read by id of another patch against it reads neither its ``f`` row nor a frame; the
+    keyframe's own checkpoint reads its bytes back from the dictionary; one without an ``f``
+    row (the thread's first) is prepared from its frame alike."""
+    ids, states = [], []
+    state = large_state()
+    versions: dict[str, Any] = {}
+    cfg = conf("t")
+    for i in range(store.PATCH_KEYFRAME_EVERY + 20):
+        values = state(i)
+        new = {}
+        for ch in values:
+            versions[ch] = lmdb_saver.get_next_version(versions.get(ch), None)
+            new[ch] = versions[ch]
+        cfg = lmdb_saver.put(cfg, ckpt(values, dict(versions), i), {"step": i}, new)  # type: ignore[arg-type]
+        ids.append(cfg["configurable"]["checkpoint_id"])
+        states.append(values)
+    f_reads = []
+    real = blobs.read_keyframe
+
+    def counting(*args: Any) -> Any:
+        row = real(*args)
+        if row is not None:
+            f_reads.append(args[2])
+        return row
+
+    monkeypatch.setattr(blobs, "read_keyframe", counting)
+    count = Counter(monkeypatch)
+    saver = LmdbSaver(lmdb_saver.log)  # kept nothing of the writes (cold)
+    patches = saver._patches
+
+    def prepared() -> list[tuple[int, int, str]]:
+        return [k for k, (_, v) in patches._full.items() if not isinstance(v, bytes)]
+
+    second = store.PATCH_KEYFRAME_EVERY + 1  # the second keyframe (it has an f row)
+    expected = [
+        (second + 2, 0, 1),  # its f row read, prepared
+        (second + 9, 0, 0),  # prepared: no row, no frame
+        (3, 1, 0),  # the first keyframe has no f row: its frame read, prepared
+        (7, 0, 0),
+    ]
+    for step, frames_read, rows_read in expected:
+        f_reads.clear()
+        frames, tup = count(lambda: saver.get_tuple(conf("t", ids[step])))  # noqa: B023
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == states[step]
+        assert (frames, len(f_reads)) == (frames_read, rows_read), step
+    assert len(prepared()) == 2
+    for step in (second, 0):  # the keyframes' own checkpoints: bytes from their dictionaries
+        tup = saver.get_tuple(conf("t", ids[step]))
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == states[step]
+    page = list(saver.list(conf("t"), limit=30))
+    assert [t.checkpoint["channel_values"] for t in page] == states[::-1][:30]
+    assert lmdb_saver.verify().ok
+
+
+def test_prepared_bases_count_their_dictionary_and_leave_the_kept_bytes_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A base applied with its type is kept prepared in place of its bytes, weighing its bytes
+    and its decompression dictionary; the kept bytes stay within ``RESOLVED_BYTES_MAX``."""
+    monkeypatch.setattr(blobs, "RESOLVED_BYTES_MAX", 1 << 20)
+    rng = random.Random(3)
+    patches = blobs.Patches(1 << 30)
+    for seq in range(1, 40):
+        base = bytes(rng.randrange(256) for _ in range(20_000))
+        new = base[:5000] + b"edit" + base[5004:]
+        key = (1, seq, "doc")
+        patches.keep(key, ("msgpack", base))
+        assert patches.prepared(key) is None
+        assert patches.apply(key, base, blobs.make_patch(base, new), "msgpack") == new
+        prepared = patches.prepared(key)
+        assert prepared is not None
+        assert prepared.as_bytes() == base
+        assert patches.known(key) == ("msgpack", base)
+        weights = [
+            len(v) if isinstance(v, bytes) else len(v) + blobs.DDICT_BYTES
+            for _, v in patches._full.values()
+        ]
+        assert patches._full_bytes == sum(weights) <= 1 << 20
+    assert len(patches._full) == (1 << 20) // (20_000 + blobs.DDICT_BYTES)

@@ -71,73 +71,130 @@ PATCH_BASES_SEEN: Final = 4  # the last bases each thread met (one met again: a 
 RESOLVED_BYTES_MAX: Final = 32 << 20  # resolved full bytes a saver keeps (Patches)
 
 
+class PreparedBlob(LgBlob, frozen=True, array_like=True, gc=False):
+    """A keyframe in a chain as the zstd dictionary prepared from its bytes (``data`` empty):
+    what :meth:`BlobReader.links` puts in a chain, for readers that resolve keyframes
+    (``keyframes=True``), when the saver kept the keyframe prepared or it was read from its
+    ``f`` row. Never stored (chains kept in rows are read with ``keyframes=False``)."""
+
+    prepared: Any = None  # zstandard.ZstdCompressionDict (raw content)
+
+
+DDICT_BYTES: Final = 27 << 10  # what zstd's decompression dictionary adds to a prepared base
+# (its entropy tables; the content is referenced, not copied)
+
+
+def prepare(base: bytes | memoryview) -> zstandard.ZstdCompressionDict:
+    """``base`` as a raw-content dictionary for decompression (copied once, not analysed)."""
+    return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
 class Patches:
-    """Resolved channel bytes and patch decoders, kept across reads by one saver.
+    """Resolved channel bytes, prepared patch bases and patch decoders, kept across reads by one
+    saver.
 
     Keyed by ``(sid, seq, channel)``: the bytes a blob stores at a stream seq never change
-    (seqs are not reused), so what is kept stays right across transactions. Kept: the full
-    bytes of the last full and patched blobs written, and of the keyframes reads resolved a
-    patch against (up to ``RESOLVED_BYTES_MAX``: the keyframes and latest values of the
-    threads in use), so a read whose base is kept decodes no frame but the patch's; and per
-    thread the decoders of the last ``PATCH_BASES_KEPT`` bases (a keyframe is the base of up
-    to ``KEYFRAME_EVERY`` patches).
+    (seqs are not reused), so what is kept stays right across transactions. Kept (up to
+    ``RESOLVED_BYTES_MAX``: the keyframes and latest values of the threads in use): the full
+    bytes of the last full and patched blobs written, and the keyframes reads applied a patch
+    to, as the zstd dictionary prepared from their bytes (:func:`prepare`: the next patch
+    against one copies nothing before it decodes; :meth:`known` gives their bytes back); and
+    per thread the decoders of the last ``PATCH_BASES_KEPT`` bases met twice (a keyframe is the
+    base of up to ``KEYFRAME_EVERY`` patches). A prepared base is shared between threads only
+    once its decompression dictionary is built (by the thread that prepared it, in its first
+    patch): zstd builds it lazily, unlocked.
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._full: collections.OrderedDict[tuple[int, int, str], tuple[str, bytes]] = (
-            collections.OrderedDict()
-        )
+        self._full: collections.OrderedDict[
+            tuple[int, int, str], tuple[str, bytes | zstandard.ZstdCompressionDict]
+        ] = collections.OrderedDict()
         self._full_bytes = 0
 
-    def known(self, key: tuple[int, int, str], *, touch: bool = True) -> tuple[str, bytes] | None:
-        """The bytes kept at ``key``; ``touch``: a hit counts as a use (least recently used
-        first out). A scan (``list``) does not touch: walking a thread newest first would leave
-        its newest values the least recently used, the first dropped by the next reads."""
+    def entry(
+        self, key: tuple[int, int, str], *, touch: bool = True
+    ) -> tuple[str, bytes | zstandard.ZstdCompressionDict] | None:
+        """What is kept at ``key``: its bytes, or (a keyframe) its bytes prepared; ``touch``: a
+        hit counts as a use (least recently used first out). A scan (``list``) does not touch:
+        walking a thread newest first would leave its newest values the least recently used,
+        the first dropped by the next reads."""
         with self._lock:
             hit = self._full.get(key)
             if hit is not None and touch:
                 self._full.move_to_end(key)
             return hit
 
-    def keep(self, key: tuple[int, int, str], full: tuple[str, bytes]) -> None:
-        if len(full[1]) > RESOLVED_BYTES_MAX // 8:
+    def known(self, key: tuple[int, int, str], *, touch: bool = True) -> tuple[str, bytes] | None:
+        """The bytes kept at ``key`` (a prepared keyframe's copied out of its dictionary)."""
+        hit = self.entry(key, touch=touch)
+        if hit is None:
+            return None
+        typ, data = hit
+        return (typ, data) if isinstance(data, bytes) else (typ, data.as_bytes())
+
+    def prepared(self, key: tuple[int, int, str]) -> zstandard.ZstdCompressionDict | None:
+        """The keyframe at ``key`` as kept prepared (``None``: not kept, or kept as bytes)."""
+        hit = self.entry(key, touch=False)
+        return None if hit is None or isinstance(hit[1], bytes) else hit[1]
+
+    def keep(
+        self,
+        key: tuple[int, int, str],
+        full: tuple[str, bytes | zstandard.ZstdCompressionDict],
+        weight: int | None = None,
+    ) -> None:
+        """Keep ``full`` at ``key``: bytes, or a keyframe prepared (``weight``: its bytes and
+        its decompression dictionary, ``len(dictionary) + DDICT_BYTES``)."""
+        if weight is None:
+            weight = len(full[1])
+        if weight > RESOLVED_BYTES_MAX // 8:
             return
         with self._lock:
             old = self._full.pop(key, None)
             if old is not None:
-                self._full_bytes -= len(old[1])
+                d = old[1]
+                self._full_bytes -= len(d) if type(d) is bytes else len(d) + DDICT_BYTES
             self._full[key] = full
-            self._full_bytes += len(full[1])
+            self._full_bytes += weight
             while self._full_bytes > RESOLVED_BYTES_MAX:
-                _, dropped = self._full.popitem(last=False)
-                self._full_bytes -= len(dropped[1])
+                d = self._full.popitem(last=False)[1][1]
+                self._full_bytes -= len(d) if type(d) is bytes else len(d) + DDICT_BYTES
 
-    def apply(self, key: tuple[int, int, str], base: bytes, patch: bytes) -> bytes:
-        """``patch`` applied to ``base`` (the keyframe at ``key``). A base met again soon (among
-        the last ``PATCH_BASES_SEEN`` this thread met: a page of ``list``) gets a decoder of its
-        own, kept per thread (the last ``PATCH_BASES_KEPT``); one met once (a read by id of a
-        long thread) is applied by a decoder built for this patch and dropped at once (a raw
-        content dictionary is referenced, not analysed: building one costs about as much as
-        applying the patch, and keeping it would make the next read's allocations cold)."""
+    def apply(
+        self,
+        key: tuple[int, int, str],
+        base: bytes | zstandard.ZstdCompressionDict,
+        patch: bytes,
+        typ: str | None = None,
+    ) -> bytes:
+        """``patch`` applied to ``base`` (the keyframe at ``key``: its bytes, or prepared). A
+        base met again soon (among the last ``PATCH_BASES_SEEN`` this thread met: a page of
+        ``list``) gets a decoder of its own, kept per thread (the last ``PATCH_BASES_KEPT``);
+        one met once (a read by id of a long thread) is applied by a decoder built for this
+        patch and dropped at once (a raw content dictionary is referenced, not analysed; keeping
+        the decoder would make the next read's allocations cold). With ``typ`` (the keyframe's
+        serde type) a base prepared here is kept prepared (replacing its bytes), once this
+        patch applied."""
         local = self._local
-        kept: collections.OrderedDict[tuple[int, int, str], zstandard.ZstdDecompressor] | None
-        kept = getattr(local, "kept", None)
+        kept: _Decoders | None = getattr(local, "kept", None)
         if kept is None:
             kept = local.kept = collections.OrderedDict()
             local.seen = collections.OrderedDict()
-        dctx = kept.get(key)
-        if dctx is None:
-            dictionary = zstandard.ZstdCompressionDict(
-                base, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-            )
+        hit = kept.get(key)
+        if hit is None:
+            if isinstance(base, zstandard.ZstdCompressionDict):
+                dictionary = base
+            else:
+                got = self.prepared(key) if typ is not None else None
+                dictionary = prepare(base) if got is None else got
             dctx = zstandard.ZstdDecompressor(dict_data=dictionary)
             seen: collections.OrderedDict[tuple[int, int, str], None] = local.seen
             if key in seen:  # met again: keep its decoder
                 del seen[key]
-                kept[key] = dctx
+                kept[key] = (dctx, dictionary)
                 while len(kept) > PATCH_BASES_KEPT:
                     kept.popitem(last=False)
             else:
@@ -146,36 +203,56 @@ class Patches:
                     seen.popitem(last=False)
         else:
             kept.move_to_end(key)
+            dctx, dictionary = hit
         try:
-            return dctx.decompress(patch, max_output_size=self.max_bytes)
+            out = dctx.decompress(patch, max_output_size=self.max_bytes)
         except zstandard.ZstdError as e:
             raise CorruptFrame(
                 f"a LangGraph blob patch does not apply to its base (seq {key[1]} of stream id "
                 f"{key[0]}, channel {key[2]!r}): {e}",
                 seq=key[1],
             ) from e
+        if (
+            typ is not None
+            and (hit is None or base is not dictionary)  # not a kept decoder's own base
+            and self.prepared(key) is None
+        ):
+            self.keep(key, (typ, dictionary), len(dictionary) + DDICT_BYTES)  # built now
+        return out
+
+
+_Decoders = collections.OrderedDict[
+    tuple[int, int, str], tuple[zstandard.ZstdDecompressor, zstandard.ZstdCompressionDict]
+]
 
 
 def materialize(
     sid: int, chain: Chain, loads: Loads, patches: Patches, *, keep_head: bool = False
 ) -> Any:
     """The value a blob chain (from :meth:`BlobReader.chain`) stores: the full bytes, patched
-    in turn, then the appended tails. Needs no transaction. Keeps the keyframe's bytes of a
-    patch, and with ``keep_head`` the patched bytes too (the newest value: read again next)."""
+    in turn, then the appended tails. Needs no transaction. Keeps the keyframe of a patch
+    (prepared, by :meth:`Patches.apply`), and with ``keep_head`` the patched bytes too (the
+    newest value: read again next)."""
     i = 0
     while chain[i][1].kind == BLOB_APPEND:
         i += 1
     j = i
     while chain[j][1].kind == BLOB_PATCH:
         j += 1
-    data = chain[j][1].data
-    if j > i:  # a keyframe read from its frame: keep its bytes (the base
-        # of up to KEYFRAME_EVERY patches), so the next read of one of them reads no frame
-        key = (sid, chain[j][0], chain[j][1].channel)
-        if patches.known(key, touch=False) is None:
-            patches.keep(key, (chain[j][1].type, data))
-    for k in range(j - 1, i - 1, -1):
-        data = patches.apply((sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data)
+    key_blob = chain[j][1]
+    data = key_blob.data
+    if j > i:  # the keyframe (the base of up to KEYFRAME_EVERY patches) is kept prepared by
+        # the first patch applied to it, so the next read of one of them reads no frame
+        base: bytes | zstandard.ZstdCompressionDict = data
+        if isinstance(key_blob, PreparedBlob):
+            base = key_blob.prepared
+        data = patches.apply(
+            (sid, chain[j][0], key_blob.channel), base, chain[j - 1][1].data, key_blob.type
+        )
+        for k in range(j - 2, i - 1, -1):  # a chain of patches (logs written before keyframes)
+            data = patches.apply(
+                (sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data
+            )
     if keep_head and j > i:
         patches.keep((sid, chain[i][0], chain[i][1].channel), (chain[i][1].type, data))
     value = loads((chain[i][1].type, data))
@@ -230,7 +307,7 @@ class BlobReader:
         self.loads = loads
         self.patches = patches if patches is not None else Patches(log.frame_bytes_max)
         self._frames: dict[int, Any] = {}
-        self._keyframes: dict[tuple[int, str], tuple[str, bytes]] = {}
+        self._keyframes: dict[tuple[int, str], tuple[str, zstandard.ZstdCompressionDict]] = {}
 
     def frame(self, seq: int) -> Any:
         frame = self._frames.get(seq)
@@ -239,17 +316,18 @@ class BlobReader:
             self._frames[seq] = frame
         return frame
 
-    def keyframe(self, seq: int, channel: str) -> tuple[str, bytes] | None:
-        """The raw bytes of the keyframe of ``channel`` at ``seq`` from its ``f`` row (read once
-        per transaction), ``None`` when it has none or the reader reads chains as stored."""
+    def keyframe(self, seq: int, channel: str) -> tuple[str, zstandard.ZstdCompressionDict] | None:
+        """The keyframe of ``channel`` at ``seq`` prepared as a patch base (:func:`prepare`)
+        from its ``f`` row (read once per transaction, copied once: from the row into the
+        dictionary), ``None`` when it has none or the reader reads chains as stored."""
         if not self.keyframes:
             return None
         key = (seq, channel)
         hit = self._keyframes.get(key)
         if hit is None:
-            hit = read_keyframe(self.txn, self.sid, seq, channel)
-            if hit is not None:
-                self._keyframes[key] = hit
+            row = read_keyframe(self.txn, self.sid, seq, channel)
+            if row is not None:
+                hit = self._keyframes[key] = (row[0], prepare(row[1]))
         return hit
 
     def blob(self, seq: int, channel: str) -> LgBlob:
@@ -334,12 +412,17 @@ class BlobReader:
                 f"{blob.base} is not an earlier frame (or the chain exceeds {CHAIN_READ_MAX})",
                 seq=seq,
             )
-        hit = self.patches.known((self.sid, blob.base, blob.channel), touch=self.touch)
+        hit = self.patches.entry((self.sid, blob.base, blob.channel), touch=self.touch)
         if hit is None and blob.kind == BLOB_PATCH:
             hit = self.keyframe(blob.base, blob.channel)
-        if hit is not None:  # its bytes are kept: no need to read its frame
-            return LgBlob(blob.channel, blob.version, BLOB_FULL, *hit), blob.base
-        return self.blob(blob.base, blob.channel), blob.base
+        if hit is None:
+            return self.blob(blob.base, blob.channel), blob.base
+        typ, data = hit  # its bytes are kept, or prepared: no need to read its frame
+        if isinstance(data, bytes):
+            return LgBlob(blob.channel, blob.version, BLOB_FULL, typ, data), blob.base
+        if blob.kind == BLOB_PATCH and self.keyframes:
+            return PreparedBlob(blob.channel, blob.version, BLOB_FULL, typ, b"", 0, data), blob.base
+        return LgBlob(blob.channel, blob.version, BLOB_FULL, typ, data.as_bytes()), blob.base
 
 
 # -- writing: what this process remembers of each channel's last blob (caller side) ------------

@@ -246,14 +246,18 @@ def decode_keyframe(raw: bytes) -> tuple[str, bytes]:
     return raw[2 : 2 + n].decode("utf-8", "surrogatepass"), raw[2 + n :]
 
 
-def read_keyframe(txn: ReadTxn, sid: int, seq: int, channel: str) -> tuple[str, bytes] | None:
-    """The raw bytes a patch's keyframe stores, from its ``f`` row, ``None`` when it has none
-    (then they are read from its frame)."""
+def read_keyframe(txn: ReadTxn, sid: int, seq: int, channel: str) -> tuple[str, memoryview] | None:
+    """The raw bytes a patch's keyframe stores (a view of its ``f`` row, copied out of the
+    transaction), ``None`` when it has none (then they are read from its frame)."""
     try:
         raw = txn.get(LATEST, keyframe_key(sid, seq, channel))
     except CheckpointError:  # a log opened read-only that never had the table
         return None
-    return None if raw is None else decode_keyframe(bytes(raw))
+    if raw is None:
+        return None
+    raw = bytes(raw)
+    n = U16.unpack_from(raw)[0]
+    return raw[2 : 2 + n].decode("utf-8", "surrogatepass"), memoryview(raw)[2 + n :]
 
 
 def patched_keyframes(txn: ReadTxn, sid: int, frame: LgCheckpoint) -> list[LgBlob]:
