@@ -37,7 +37,8 @@ STATUSES = {"ok", "n/a", "skipped", "error"}
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     """One ``--quick`` run of every scenario and every installed peer, in a subprocess (as
-    ``make bench-smoke`` runs it), with its JSON and stdout."""
+    ``make bench-smoke`` runs it), with its JSON and stdout: 46 s, so its tests are ``long``
+    (``make test-long``, which CI runs)."""
     out = tmp_path_factory.mktemp("bench") / "bench.quick.json"
     stdout = run_module("benchmarks", "run", "--quick", "--out", str(out), timeout=300)
     assert not out.with_name(out.name + ".tmp").exists()
@@ -45,6 +46,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_every_scenario_runs_every_installed_peer(quick: tuple[dict[str, Any], str]) -> None:
     data, stdout = quick
     assert data["benchmark"] == "bench"
@@ -75,6 +77,7 @@ def test_every_scenario_runs_every_installed_peer(quick: tuple[dict[str, Any], s
                     assert row["reason"], where
 
 
+@pytest.mark.long
 def test_environment_and_durability_are_recorded(quick: tuple[dict[str, Any], str]) -> None:
     data, _ = quick
     env = data["environment"]
@@ -105,6 +108,7 @@ def _row(data: dict[str, Any], scenario: str, key: str, label: str) -> dict[str,
     return row  # type: ignore[no-any-return]
 
 
+@pytest.mark.long
 def test_ratios_compare_like_with_like(quick: tuple[dict[str, Any], str]) -> None:
     data, _ = quick
     ours = _row(data, "linear", "state=200", "ckptlog-process")
@@ -125,6 +129,7 @@ def test_ratios_compare_like_with_like(quick: tuple[dict[str, Any], str]) -> Non
         assert _row(data, "load", "h=100", "lg-sqlite")["reference"] == "ckptlog-process · sync"
 
 
+@pytest.mark.long
 def test_what_a_peer_cannot_express_is_na_with_its_reason(
     quick: tuple[dict[str, Any], str],
 ) -> None:
@@ -144,6 +149,7 @@ def test_what_a_peer_cannot_express_is_na_with_its_reason(
         assert _row(data, "list", "all", "techrevati-sqlite")["status"] == "n/a"
 
 
+@pytest.mark.long
 def test_report_writes_the_page_with_plots(
     quick: tuple[dict[str, Any], str], tmp_path: Path
 ) -> None:
@@ -164,6 +170,7 @@ def test_report_writes_the_page_with_plots(
     assert (tmp_path / "benchmarks" / "load.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.long
 def test_report_without_matplotlib_says_so(
     quick: tuple[dict[str, Any], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,6 +183,7 @@ def test_report_without_matplotlib_says_so(
     assert not (tmp_path / "benchmarks").exists()
 
 
+@pytest.mark.long
 def test_report_command_regenerates_from_json(
     quick: tuple[dict[str, Any], str], tmp_path: Path
 ) -> None:
@@ -377,6 +385,7 @@ def test_an_instances_cell_past_its_budget_stops_at_a_batch_and_says_partial(
     assert out["partial"] is True
 
 
+@pytest.mark.long
 def test_instances_rows_in_the_smoke_run(quick: tuple[dict[str, Any], str]) -> None:
     data, stdout = quick
     sc = data["scenarios"]["instances"]
@@ -413,6 +422,7 @@ def test_instances_rows_in_the_smoke_run(quick: tuple[dict[str, Any], str]) -> N
         assert {"largest_frame_bytes", "largest_frame_stored_bytes"} <= set(bulk["extra"])
 
 
+@pytest.mark.long
 def test_partial_runs_are_marked_in_tables_and_targets(
     quick: tuple[dict[str, Any], str], tmp_path: Path
 ) -> None:
