@@ -50,12 +50,12 @@ import secrets
 import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import lmdb
 
@@ -83,6 +83,8 @@ from eventlog.errors import (
     StorageFull,
     UnsupportedFormat,
 )
+
+_T = TypeVar("_T")
 
 try:  # py-lmdb 3 refuses to open one environment twice in a process (see _lift_open_guard)
     _lmdb_envid: Any = importlib.import_module("lmdb._envid")
@@ -183,7 +185,10 @@ class _Env:
         self.map_size_max = map_max
         self.refs = 0
         self.write_lock = threading.Lock()
-        self._cond = threading.Condition()
+        # The resize condition's lock, taken directly around every transaction (its C-level
+        # ``with`` costs less than the Condition's Python-level one).
+        self._mutex = threading.RLock()
+        self._cond = threading.Condition(self._mutex)
         self._active = 0  # transactions of this process in progress
         self._resizing = False
         self.pid = current_pid()
@@ -375,7 +380,8 @@ class _Env:
                 lmdb_wal.share(self.seg_fd)
         tables = [*self.dbs, *tables]  # every table any backend sharing this env declared
         self.write_lock = threading.Lock()
-        self._cond = threading.Condition()
+        self._mutex = threading.RLock()
+        self._cond = threading.Condition(self._mutex)
         self._active = 0
         self._resizing = False
         self.pid = current_pid()
@@ -401,13 +407,13 @@ class _Env:
         return _Active(self)
 
     def enter(self) -> None:
-        with self._cond:
+        with self._mutex:
             while self._resizing:
                 self._cond.wait()
             self._active += 1
 
     def leave(self) -> None:
-        with self._cond:
+        with self._mutex:
             self._active -= 1
             if self._resizing:  # only a resize waits for the count to drop
                 self._cond.notify_all()
@@ -911,6 +917,18 @@ class _LmdbRead(ReadTxn):
             raise _translate(e, "reading") from e
         return value
 
+    def get_many(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        """:meth:`get` of each key in one comprehension (a LangGraph read's rows: no method
+        call of ours per key)."""
+        db = self._db(table)
+        if db is None:
+            return [None] * len(keys)
+        get = self._txn.get
+        try:
+            return [get(k, db=db) if k else None for k in keys]
+        except lmdb.Error as e:
+            raise _translate(e, "reading") from e
+
     def scan(
         self,
         table: str,
@@ -1228,6 +1246,27 @@ class LmdbBackend(Backend):
                 if env.pid != current_pid():
                     env.after_fork(self._tables)
         return env
+
+    def _read_now(self, fn: Callable[[_LmdbRead], _T]) -> _T:
+        """``fn`` of a read transaction of its own: :meth:`read` without its generator (a
+        LangGraph ``get_tuple`` latest is one such read)."""
+        env = self._handle()
+        for _ in range(3):
+            with env.active():
+                txn = env.begin(False, self._path)
+                if txn is not None:
+                    with txn:
+                        return fn(_LmdbRead(txn, env.dbs))
+            env.adopt_resize()
+        raise StorageError(f"{self._path!r}: the map kept being resized by another process")
+
+    def get_many_now(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        return self._read_now(lambda txn: txn.get_many(table, keys))
+
+    def get_many_linked_now(
+        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+    ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
+        return self._read_now(lambda txn: txn.get_many_linked(table, keys, link, prefix, width))
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:

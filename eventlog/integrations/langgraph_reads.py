@@ -113,6 +113,10 @@ def _configurable(config: Any, what: str) -> Any:
     that is not a mapping, or whose ``configurable`` is not one."""
     if config is None:
         return {}
+    if type(config) is dict:  # the common case, without the ABC checks below
+        conf = config.get("configurable")
+        if conf is None or type(conf) is dict:
+            return conf or {}
     conf = config.get("configurable") if isinstance(config, Mapping) else None
     if not isinstance(config, Mapping) or not (conf is None or isinstance(conf, Mapping)):
         raise InvalidConfig(
