@@ -13,6 +13,7 @@ from bench_smoke import run_module
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_forensics_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "forensics.json"
     stdout = run_module("benchmarks.forensics", "--quick", "--out", str(out), timeout=120)

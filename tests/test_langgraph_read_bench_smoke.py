@@ -45,6 +45,7 @@ def test_langgraph_read_benchmark_quick(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_langgraph_read_benchmark_quick_on_postgres(tmp_path: Path) -> None:
     out = tmp_path / "langgraph_read_pg.json"
     stdout = run_module(

@@ -231,6 +231,7 @@ def test_many_writer_processes_keep_every_invariant(pg_schemas: PgSchemas, tmp_p
     _ = NS
 
 
+@pytest.mark.long
 def test_bench_harness_runs_the_postgres_peer_and_drops_its_schemas(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
