@@ -50,12 +50,12 @@ import secrets
 import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import lmdb
 
@@ -83,8 +83,6 @@ from eventlog.errors import (
     StorageFull,
     UnsupportedFormat,
 )
-
-_T = TypeVar("_T")
 
 try:  # py-lmdb 3 refuses to open one environment twice in a process (see _lift_open_guard)
     _lmdb_envid: Any = importlib.import_module("lmdb._envid")
@@ -893,6 +891,41 @@ def _lift_open_guard(lift: bool) -> Iterator[None]:
         _lmdb_envid.env_keys = env_keys
 
 
+class _ReadScope:
+    """``with backend.read() as txn`` (a plain class: cheaper than a generator context manager,
+    and a LangGraph ``get_tuple`` latest is one such read). Held inside the environment's
+    :meth:`_Env.active` count; a map resized by another process is adopted and the
+    transaction begun again (three times at most)."""
+
+    __slots__ = ("backend", "env", "txn")
+
+    def __init__(self, backend: LmdbBackend) -> None:
+        self.backend = backend
+
+    def __enter__(self) -> _LmdbRead:
+        backend = self.backend
+        env = backend._handle()
+        for _ in range(3):
+            env.enter()
+            try:
+                txn = env.begin(False, backend._path)
+            except BaseException:
+                env.leave()
+                raise
+            if txn is not None:
+                self.env, self.txn = env, txn
+                return _LmdbRead(txn, env.dbs)
+            env.leave()
+            env.adopt_resize()
+        raise StorageError(f"{backend._path!r}: the map kept being resized by another process")
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.txn.__exit__(*exc)
+        finally:
+            self.env.leave()
+
+
 class _LmdbRead(ReadTxn):
     def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
         self._txn = txn
@@ -1247,39 +1280,18 @@ class LmdbBackend(Backend):
                     env.after_fork(self._tables)
         return env
 
-    def _read_now(self, fn: Callable[[_LmdbRead], _T]) -> _T:
-        """``fn`` of a read transaction of its own: :meth:`read` without its generator (a
-        LangGraph ``get_tuple`` latest is one such read)."""
-        env = self._handle()
-        for _ in range(3):
-            with env.active():
-                txn = env.begin(False, self._path)
-                if txn is not None:
-                    with txn:
-                        return fn(_LmdbRead(txn, env.dbs))
-            env.adopt_resize()
-        raise StorageError(f"{self._path!r}: the map kept being resized by another process")
-
     def get_many_now(self, table: str, keys: list[bytes]) -> list[bytes | None]:
-        return self._read_now(lambda txn: txn.get_many(table, keys))
+        with _ReadScope(self) as txn:
+            return txn.get_many(table, keys)
 
     def get_many_linked_now(
         self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
     ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
-        return self._read_now(lambda txn: txn.get_many_linked(table, keys, link, prefix, width))
+        with _ReadScope(self) as txn:
+            return txn.get_many_linked(table, keys, link, prefix, width)
 
-    @contextmanager
-    def read(self) -> Iterator[ReadTxn]:
-        env = self._handle()
-        for _ in range(3):
-            with env.active():
-                txn = env.begin(False, self._path)
-                if txn is not None:
-                    with txn:
-                        yield _LmdbRead(txn, env.dbs)
-                    return
-            env.adopt_resize()
-        raise StorageError(f"{self._path!r}: the map kept being resized by another process")
+    def read(self) -> _ReadScope:
+        return _ReadScope(self)
 
     def write(self) -> _WriteScope:
         env = self._handle()  # first, so a closed backend says LogClosed even when read-only
