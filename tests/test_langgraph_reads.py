@@ -101,6 +101,26 @@ def build(
     return ids, values
 
 
+def put_states(
+    saver: LmdbSaver, thread: str, steps: int, state: Callable[[int], dict[str, Any]]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """``steps`` checkpoints, every channel changed each step, no writes: their ids and
+    values."""
+    versions: dict[str, Any] = {}
+    cfg = conf(thread)
+    ids, states = [], []
+    for i in range(steps):
+        values = state(i)
+        new = {}
+        for ch in values:
+            versions[ch] = saver.get_next_version(versions.get(ch), None)
+            new[ch] = versions[ch]
+        cfg = saver.put(cfg, ckpt(values, dict(versions), i), {"step": i}, new)  # type: ignore[arg-type]
+        ids.append(cfg["configurable"]["checkpoint_id"])
+        states.append(values)
+    return ids, states
+
+
 class Counter:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.n = 0
@@ -317,19 +337,7 @@ def test_a_patch_reads_its_keyframe_from_its_raw_row_not_its_frame(
     ``rebuild`` writes the same rows, ``verify`` finds a changed one, deleting the thread
     removes them."""
     steps = 2 * store.PATCH_KEYFRAME_EVERY + 20
-    versions: dict[str, Any] = {}
-    cfg = conf("t")
-    ids, states = [], []
-    state = large_state()
-    for i in range(steps):
-        values = state(i)
-        new = {}
-        for ch in values:
-            versions[ch] = lmdb_saver.get_next_version(versions.get(ch), None)
-            new[ch] = versions[ch]
-        cfg = lmdb_saver.put(cfg, ckpt(values, dict(versions), i), {"step": i}, new)  # type: ignore[arg-type]
-        ids.append(cfg["configurable"]["checkpoint_id"])
-        states.append(values)
+    ids, states = put_states(lmdb_saver, "t", steps, large_state())
 
     def f_rows() -> list[tuple[bytes, bytes]]:
         with lmdb_saver.log.backend.read() as txn:
@@ -458,19 +466,7 @@ def test_a_keyframe_is_kept_prepared_and_the_next_patch_against_it_reads_nothing
     read by id of another patch against it reads neither its ``f`` row nor a frame; the
     keyframe's own checkpoint reads its bytes back from the dictionary; one without an ``f``
     row (the thread's first) is prepared from its frame alike."""
-    ids, states = [], []
-    state = large_state()
-    versions: dict[str, Any] = {}
-    cfg = conf("t")
-    for i in range(store.PATCH_KEYFRAME_EVERY + 20):
-        values = state(i)
-        new = {}
-        for ch in values:
-            versions[ch] = lmdb_saver.get_next_version(versions.get(ch), None)
-            new[ch] = versions[ch]
-        cfg = lmdb_saver.put(cfg, ckpt(values, dict(versions), i), {"step": i}, new)  # type: ignore[arg-type]
-        ids.append(cfg["configurable"]["checkpoint_id"])
-        states.append(values)
+    ids, states = put_states(lmdb_saver, "t", store.PATCH_KEYFRAME_EVERY + 20, large_state())
     f_reads = []
     real = blobs.read_keyframe
 
