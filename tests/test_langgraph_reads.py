@@ -14,6 +14,7 @@ import gzip
 import random
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -369,9 +370,10 @@ def test_a_patch_reads_its_keyframe_from_its_raw_row_not_its_frame(
 
 
 @pytest.mark.parametrize("n", [0, 1, 5000, (128 << 10) - 1, 128 << 10, (300 << 10) + 7])
-def test_a_patch_applies_alike_met_once_and_through_a_kept_decoder(n: int) -> None:
-    """A patch met once (a decoder built for it and dropped), met again (a decoder kept) and
-    kept gives the same bytes; a patch that does not apply is a CorruptFrame either way."""
+def test_a_patch_applies_to_its_base_in_place_alike_from_bytes_and_views(n: int) -> None:
+    """A patch applies to its keyframe's bytes and to a view of them (an ``f`` row as read),
+    again and again on the thread's one decoder, and in another thread; a patch that does not
+    apply (truncated, not zstd, or larger than the frame limit) is a CorruptFrame."""
     rng = random.Random(n)
     base = bytes(rng.randrange(256) for _ in range(n))
     new = bytearray(base + b"tail")
@@ -380,9 +382,17 @@ def test_a_patch_applies_alike_met_once_and_through_a_kept_decoder(n: int) -> No
     patch = blobs.make_patch(base, bytes(new))
     patches = blobs.Patches(1 << 30)
     key = (1, 2, "doc")
-    assert patches.apply(key, base, patch) == new  # met once: a decoder for this patch
-    assert patches.apply(key, base, patch) == new  # met again: a decoder of its own, kept
-    assert patches.apply(key, base, patch) == new  # kept
+    row = memoryview(b"\x00\x07msgpack" + base)[9:]
+    assert patches.apply(key, base, patch) == new
+    assert patches.apply(key, row, patch) == new
+    assert patches.apply(key, base, patch) == new
+    got: list[bytes] = []
+    worker = threading.Thread(target=lambda: got.append(patches.apply(key, row, patch)))
+    worker.start()
+    worker.join()
+    assert got == [new]
+    with pytest.raises(CorruptFrame):
+        blobs.Patches(len(new) - 1).apply(key, base, patch)  # over the frame limit
     with pytest.raises(CorruptFrame):
         blobs.Patches(1 << 30).apply(key, base, patch[:-3])  # truncated
     with pytest.raises(CorruptFrame):
@@ -459,13 +469,13 @@ def test_checkpoints_stored_before_read_rows_replaced_their_rows_read_alike(
     assert saver.verify().ok
 
 
-def test_a_keyframe_is_kept_prepared_and_the_next_patch_against_it_reads_nothing(
+def test_a_patch_reads_its_keyframe_row_in_place_and_a_keyframe_from_a_frame_is_kept(
     lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A cold reader applying a patch keeps its keyframe as the prepared zstd dictionary: a
-    read by id of another patch against it reads neither its ``f`` row nor a frame; the
-    keyframe's own checkpoint reads its bytes back from the dictionary; one without an ``f``
-    row (the thread's first) is prepared from its frame alike."""
+    """A cold reader applies a patch to its keyframe's ``f`` row as read, keeping nothing of it
+    (the next patch against it reads the row again, and no frame); a keyframe without an ``f``
+    row (the thread's first) is read from its frame once and kept as bytes, so the next patch
+    against it reads nothing; the keyframes' own checkpoints read alike."""
     ids, states = put_states(lmdb_saver, "t", store.PATCH_KEYFRAME_EVERY + 20, large_state())
     f_reads = []
     real = blobs.read_keyframe
@@ -479,17 +489,12 @@ def test_a_keyframe_is_kept_prepared_and_the_next_patch_against_it_reads_nothing
     monkeypatch.setattr(blobs, "read_keyframe", counting)
     count = Counter(monkeypatch)
     saver = LmdbSaver(lmdb_saver.log)  # kept nothing of the writes (cold)
-    patches = saver._patches
-
-    def prepared() -> list[tuple[int, int, str]]:
-        return [k for k, (_, v) in patches._full.items() if not isinstance(v, bytes)]
-
     second = store.PATCH_KEYFRAME_EVERY + 1  # the second keyframe (it has an f row)
     expected = [
-        (second + 2, 0, 1),  # its f row read, prepared
-        (second + 9, 0, 0),  # prepared: no row, no frame
-        (3, 1, 0),  # the first keyframe has no f row: its frame read, prepared
-        (7, 0, 0),
+        (second + 2, 0, 1),  # its f row read, applied in place
+        (second + 9, 0, 1),  # read again: a row costs what keeping it would save
+        (3, 1, 0),  # the first keyframe has no f row: its frame read, its bytes kept
+        (7, 0, 0),  # kept: no row, no frame
     ]
     for step, frames_read, rows_read in expected:
         f_reads.clear()
@@ -497,8 +502,9 @@ def test_a_keyframe_is_kept_prepared_and_the_next_patch_against_it_reads_nothing
         assert tup is not None
         assert tup.checkpoint["channel_values"] == states[step]
         assert (frames, len(f_reads)) == (frames_read, rows_read), step
-    assert len(prepared()) == 2
-    for step in (second, 0):  # the keyframes' own checkpoints: bytes from their dictionaries
+    kept = {k[1] for k in saver._patches._full}
+    assert 1 in kept and second not in kept  # the first keyframe's frame seq, not the second's
+    for step in (second, 0):  # the keyframes' own checkpoints
         tup = saver.get_tuple(conf("t", ids[step]))
         assert tup is not None
         assert tup.checkpoint["channel_values"] == states[step]
@@ -507,28 +513,21 @@ def test_a_keyframe_is_kept_prepared_and_the_next_patch_against_it_reads_nothing
     assert lmdb_saver.verify().ok
 
 
-def test_prepared_bases_count_their_dictionary_and_leave_the_kept_bytes_bounded(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A base applied with its type is kept prepared in place of its bytes, weighing its bytes
-    and its decompression dictionary; the kept bytes stay within ``RESOLVED_BYTES_MAX``."""
+def test_kept_bytes_stay_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Patches`` keeps bytes least recently used out, within ``RESOLVED_BYTES_MAX``; a
+    value over an eighth of it is not kept; a touch-free lookup does not refresh an entry."""
     monkeypatch.setattr(blobs, "RESOLVED_BYTES_MAX", 1 << 20)
     rng = random.Random(3)
     patches = blobs.Patches(1 << 30)
-    for seq in range(1, 40):
-        base = bytes(rng.randrange(256) for _ in range(20_000))
-        new = base[:5000] + b"edit" + base[5004:]
-        key = (1, seq, "doc")
-        patches.keep(key, ("msgpack", base))
-        assert patches.prepared(key) is None
-        assert patches.apply(key, base, blobs.make_patch(base, new), "msgpack") == new
-        prepared = patches.prepared(key)
-        assert prepared is not None
-        assert prepared.as_bytes() == base
-        assert patches.known(key) == ("msgpack", base)
-        weights = [
-            len(v) if isinstance(v, bytes) else len(v) + blobs.DDICT_BYTES
-            for _, v in patches._full.values()
-        ]
-        assert patches._full_bytes == sum(weights) <= 1 << 20
-    assert len(patches._full) == (1 << 20) // (20_000 + blobs.DDICT_BYTES)
+    for seq in range(1, 80):
+        base = rng.randbytes(20_000)
+        patches.keep((1, seq, "doc"), ("msgpack", base))
+        assert patches.known((1, seq, "doc")) == ("msgpack", base)
+        assert patches._full_bytes == sum(len(v) for _, v in patches._full.values()) <= 1 << 20
+    assert len(patches._full) == (1 << 20) // 20_000
+    patches.keep((1, 999, "big"), ("msgpack", bytes((1 << 17) + 1)))
+    assert patches.known((1, 999, "big")) is None
+    oldest = next(iter(patches._full))
+    assert patches.known(oldest, touch=False) is not None
+    patches.keep((1, 1000, "doc"), ("msgpack", bytes(20_000)))
+    assert patches.known(oldest) is None  # not refreshed by the scan: dropped first

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import zstandard
+from zstandard.backend_cffi import ffi as _ffi  # type: ignore[attr-defined]  # see apply_patch
+from zstandard.backend_cffi import lib as _lib  # type: ignore[attr-defined]
 
 from backends.base import ReadTxn
 from eventlog.errors import CorruptFrame
@@ -66,173 +68,117 @@ def make_patch(
 
 Loads = Callable[[tuple[str, bytes]], Any]
 Chain = tuple[tuple[int, LgBlob], ...]  # (seq, blob): a version's blob, then its bases in turn
-PATCH_BASES_KEPT: Final = 32  # patch decoders (a keyframe as dictionary) each thread keeps
-PATCH_BASES_SEEN: Final = 4  # the last bases each thread met (one met again: a decoder)
 RESOLVED_BYTES_MAX: Final = 32 << 20  # resolved full bytes a saver keeps (Patches)
 
 
-class PreparedBlob(LgBlob, frozen=True, array_like=True, gc=False):
-    """A keyframe in a chain as the zstd dictionary prepared from its bytes (``data`` empty):
-    what :meth:`BlobReader.links` puts in a chain, for readers that resolve keyframes
-    (``keyframes=True``), when the saver kept the keyframe prepared or it was read from its
-    ``f`` row. Never stored (chains kept in rows are read with ``keyframes=False``)."""
+class KeyframeView(LgBlob, frozen=True, array_like=True, gc=False):
+    """A keyframe in a chain as a view of its ``f`` row's bytes (``data`` empty): what
+    :meth:`BlobReader.links` puts in a chain for readers that resolve keyframes
+    (``keyframes=True``), so a patch against it is applied to the row as read, copied nowhere.
+    Never stored (chains kept in rows are read with ``keyframes=False``)."""
 
-    prepared: Any = None  # zstandard.ZstdCompressionDict (raw content)
-
-
-DDICT_BYTES: Final = 27 << 10  # what zstd's decompression dictionary adds to a prepared base
-# (its entropy tables; the content is referenced, not copied)
+    view: Any = None  # memoryview of the keyframe's bytes
 
 
-def prepare(base: bytes | memoryview) -> zstandard.ZstdCompressionDict:
-    """``base`` as a raw-content dictionary for decompression (copied once, not analysed)."""
-    return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_DCTX = threading.local()  # each thread's zstd decompression context and output buffer
+_CONTENT_UNKNOWN: Final = (1 << 64) - 1  # ZSTD_CONTENTSIZE_UNKNOWN; ERROR is one less
+
+
+def _decoder() -> tuple[Any, Any, int]:
+    """This thread's zstd decompression context and output buffer (made once per thread)."""
+    got: tuple[Any, Any, int] | None = getattr(_DCTX, "state", None)
+    if got is None:
+        dctx = _ffi.gc(_lib.ZSTD_createDCtx(), _lib.ZSTD_freeDCtx)
+        got = _DCTX.state = (dctx, _ffi.new("char[]", 1 << 17), 1 << 17)
+    return got
+
+
+def apply_patch(base: bytes | memoryview, patch: bytes, max_bytes: int) -> bytes:
+    """``patch`` (a zstd frame made by :func:`make_patch`) applied to ``base``, its keyframe's
+    bytes, read as a raw-content dictionary in place (libzstd's ``ZSTD_decompress_usingDict``
+    through zstandard's cffi binding: no dictionary object built, no copy of ``base``, one
+    decompression context per thread). Raises ``ValueError`` when it does not apply."""
+    ffi, lib = _ffi, _lib
+    src = ffi.from_buffer(patch)
+    size = lib.ZSTD_getFrameContentSize(src, len(patch))
+    if size >= _CONTENT_UNKNOWN - 1:
+        raise ValueError("not a zstd frame with its content size")
+    if size > max_bytes:
+        raise ValueError(f"its content ({size} bytes) exceeds {max_bytes} bytes")
+    dctx, out, cap = _decoder()
+    if size > cap:
+        out, cap = ffi.new("char[]", size), size
+        _DCTX.state = (dctx, out, cap)
+    dictionary = ffi.from_buffer(base)
+    n = lib.ZSTD_decompress_usingDict(dctx, out, size, src, len(patch), dictionary, len(base))
+    if lib.ZSTD_isError(n) or n != size:
+        why = ffi.string(lib.ZSTD_getErrorName(n)).decode() if lib.ZSTD_isError(n) else "short"
+        raise ValueError(why)
+    return ffi.unpack(out, n)  # type: ignore[no-any-return]
 
 
 class Patches:
-    """Resolved channel bytes, prepared patch bases and patch decoders, kept across reads by one
-    saver.
+    """Resolved channel bytes kept across reads by one saver.
 
     Keyed by ``(sid, seq, channel)``: the bytes a blob stores at a stream seq never change
     (seqs are not reused), so what is kept stays right across transactions. Kept (up to
-    ``RESOLVED_BYTES_MAX``: the keyframes and latest values of the threads in use): the full
-    bytes of the last full and patched blobs written, and the keyframes reads applied a patch
-    to, as the zstd dictionary prepared from their bytes (:func:`prepare`: the next patch
-    against one copies nothing before it decodes; :meth:`known` gives their bytes back); and
-    per thread the decoders of the last ``PATCH_BASES_KEPT`` bases met twice (a keyframe is the
-    base of up to ``KEYFRAME_EVERY`` patches). A prepared base is shared between threads only
-    once its decompression dictionary is built (by the thread that prepared it, in its first
-    patch): zstd builds it lazily, unlocked.
+    ``RESOLVED_BYTES_MAX``, least recently used out): the full bytes of the last full and
+    patched blobs written, the newest values read, and the keyframes read from their frames (a
+    keyframe with an ``f`` row is read from it again: a patch applies to the row in place, so
+    keeping it would save one row read). A patch is applied by :func:`apply_patch`: nothing is
+    built per keyframe, so a read whose keyframe nobody kept costs what a kept one does.
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._local = threading.local()
         self._lock = threading.Lock()
-        self._full: collections.OrderedDict[
-            tuple[int, int, str], tuple[str, bytes | zstandard.ZstdCompressionDict]
-        ] = collections.OrderedDict()
+        self._full: collections.OrderedDict[tuple[int, int, str], tuple[str, bytes]] = (
+            collections.OrderedDict()
+        )
         self._full_bytes = 0
 
-    def entry(
-        self, key: tuple[int, int, str], *, touch: bool = True
-    ) -> tuple[str, bytes | zstandard.ZstdCompressionDict] | None:
-        """What is kept at ``key``: its bytes, or (a keyframe) its bytes prepared; ``touch``: a
-        hit counts as a use (least recently used first out). A scan (``list``) does not touch:
-        walking a thread newest first would leave its newest values the least recently used,
-        the first dropped by the next reads."""
+    def known(self, key: tuple[int, int, str], *, touch: bool = True) -> tuple[str, bytes] | None:
+        """The bytes kept at ``key``; ``touch``: a hit counts as a use (least recently used
+        first out). A scan (``list``) does not touch: walking a thread newest first would leave
+        its newest values the least recently used, the first dropped by the next reads."""
         with self._lock:
             hit = self._full.get(key)
             if hit is not None and touch:
                 self._full.move_to_end(key)
             return hit
 
-    def known(self, key: tuple[int, int, str], *, touch: bool = True) -> tuple[str, bytes] | None:
-        """The bytes kept at ``key`` (a prepared keyframe's copied out of its dictionary)."""
-        hit = self.entry(key, touch=touch)
-        if hit is None:
-            return None
-        typ, data = hit
-        return (typ, data) if isinstance(data, bytes) else (typ, data.as_bytes())
-
-    def prepared(self, key: tuple[int, int, str]) -> zstandard.ZstdCompressionDict | None:
-        """The keyframe at ``key`` as kept prepared (``None``: not kept, or kept as bytes)."""
-        hit = self.entry(key, touch=False)
-        return None if hit is None or isinstance(hit[1], bytes) else hit[1]
-
-    def keep(
-        self,
-        key: tuple[int, int, str],
-        full: tuple[str, bytes | zstandard.ZstdCompressionDict],
-        weight: int | None = None,
-    ) -> None:
-        """Keep ``full`` at ``key``: bytes, or a keyframe prepared (``weight``: its bytes and
-        its decompression dictionary, ``len(dictionary) + DDICT_BYTES``)."""
-        if weight is None:
-            weight = len(full[1])
+    def keep(self, key: tuple[int, int, str], full: tuple[str, bytes]) -> None:
+        """Keep ``full`` at ``key`` (values over an eighth of the budget are not kept)."""
+        weight = len(full[1])
         if weight > RESOLVED_BYTES_MAX // 8:
             return
         with self._lock:
             old = self._full.pop(key, None)
             if old is not None:
-                d = old[1]
-                self._full_bytes -= len(d) if type(d) is bytes else len(d) + DDICT_BYTES
+                self._full_bytes -= len(old[1])
             self._full[key] = full
             self._full_bytes += weight
             while self._full_bytes > RESOLVED_BYTES_MAX:
-                d = self._full.popitem(last=False)[1][1]
-                self._full_bytes -= len(d) if type(d) is bytes else len(d) + DDICT_BYTES
+                self._full_bytes -= len(self._full.popitem(last=False)[1][1])
 
-    def apply(
-        self,
-        key: tuple[int, int, str],
-        base: bytes | zstandard.ZstdCompressionDict,
-        patch: bytes,
-        typ: str | None = None,
-    ) -> bytes:
-        """``patch`` applied to ``base`` (the keyframe at ``key``: its bytes, or prepared). A
-        base met again soon (among the last ``PATCH_BASES_SEEN`` this thread met: a page of
-        ``list``) gets a decoder of its own, kept per thread (the last ``PATCH_BASES_KEPT``);
-        one met once (a read by id of a long thread) is applied by a decoder built for this
-        patch and dropped at once (a raw content dictionary is referenced, not analysed; keeping
-        the decoder would make the next read's allocations cold). With ``typ`` (the keyframe's
-        serde type) a base prepared here is kept prepared (replacing its bytes), once this
-        patch applied."""
-        local = self._local
-        kept: _Decoders | None = getattr(local, "kept", None)
-        if kept is None:
-            kept = local.kept = collections.OrderedDict()
-            local.seen = collections.OrderedDict()
-        hit = kept.get(key)
-        if hit is None:
-            if isinstance(base, zstandard.ZstdCompressionDict):
-                dictionary = base
-            else:
-                got = self.prepared(key) if typ is not None else None
-                dictionary = prepare(base) if got is None else got
-            dctx = zstandard.ZstdDecompressor(dict_data=dictionary)
-            seen: collections.OrderedDict[tuple[int, int, str], None] = local.seen
-            if key in seen:  # met again: keep its decoder
-                del seen[key]
-                kept[key] = (dctx, dictionary)
-                while len(kept) > PATCH_BASES_KEPT:
-                    kept.popitem(last=False)
-            else:
-                seen[key] = None
-                if len(seen) > PATCH_BASES_SEEN:
-                    seen.popitem(last=False)
-        else:
-            kept.move_to_end(key)
-            dctx, dictionary = hit
+    def apply(self, key: tuple[int, int, str], base: bytes | memoryview, patch: bytes) -> bytes:
+        """``patch`` applied to ``base`` (the bytes of the keyframe at ``key``)."""
         try:
-            out = dctx.decompress(patch, max_output_size=self.max_bytes)
-        except zstandard.ZstdError as e:
+            return apply_patch(base, patch, self.max_bytes)
+        except ValueError as e:
             raise CorruptFrame(
                 f"a LangGraph blob patch does not apply to its base (seq {key[1]} of stream id "
                 f"{key[0]}, channel {key[2]!r}): {e}",
                 seq=key[1],
             ) from e
-        if (
-            typ is not None
-            and (hit is None or base is not dictionary)  # not a kept decoder's own base
-            and self.prepared(key) is None
-        ):
-            self.keep(key, (typ, dictionary), len(dictionary) + DDICT_BYTES)  # built now
-        return out
-
-
-_Decoders = collections.OrderedDict[
-    tuple[int, int, str], tuple[zstandard.ZstdDecompressor, zstandard.ZstdCompressionDict]
-]
 
 
 def materialize(
     sid: int, chain: Chain, loads: Loads, patches: Patches, *, keep_head: bool = False
 ) -> Any:
     """The value a blob chain (from :meth:`BlobReader.chain`) stores: the full bytes, patched
-    in turn, then the appended tails. Needs no transaction. Keeps the keyframe of a patch
-    (prepared, by :meth:`Patches.apply`), and with ``keep_head`` the patched bytes too (the
-    newest value: read again next)."""
+    in turn, then the appended tails. Needs no transaction. With ``keep_head`` keeps the
+    patched bytes (the newest value: read again next)."""
     i = 0
     while chain[i][1].kind == BLOB_APPEND:
         i += 1
@@ -241,14 +187,9 @@ def materialize(
         j += 1
     key_blob = chain[j][1]
     data = key_blob.data
-    if j > i:  # the keyframe (the base of up to KEYFRAME_EVERY patches) is kept prepared by
-        # the first patch applied to it, so the next read of one of them reads no frame
-        base: bytes | zstandard.ZstdCompressionDict = data
-        if isinstance(key_blob, PreparedBlob):
-            base = key_blob.prepared
-        data = patches.apply(
-            (sid, chain[j][0], key_blob.channel), base, chain[j - 1][1].data, key_blob.type
-        )
+    if j > i:  # a patch against its keyframe (read in place from its f row: a KeyframeView)
+        base: bytes | memoryview = key_blob.view if isinstance(key_blob, KeyframeView) else data
+        data = patches.apply((sid, chain[j][0], key_blob.channel), base, chain[j - 1][1].data)
         for k in range(j - 2, i - 1, -1):  # a chain of patches (logs written before keyframes)
             data = patches.apply(
                 (sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data
@@ -307,7 +248,7 @@ class BlobReader:
         self.loads = loads
         self.patches = patches if patches is not None else Patches(log.frame_bytes_max)
         self._frames: dict[int, Any] = {}
-        self._keyframes: dict[tuple[int, str], tuple[str, zstandard.ZstdCompressionDict]] = {}
+        self._keyframes: dict[tuple[int, str], tuple[str, memoryview]] = {}
 
     def frame(self, seq: int) -> Any:
         frame = self._frames.get(seq)
@@ -316,18 +257,18 @@ class BlobReader:
             self._frames[seq] = frame
         return frame
 
-    def keyframe(self, seq: int, channel: str) -> tuple[str, zstandard.ZstdCompressionDict] | None:
-        """The keyframe of ``channel`` at ``seq`` prepared as a patch base (:func:`prepare`)
-        from its ``f`` row (read once per transaction, copied once: from the row into the
-        dictionary), ``None`` when it has none or the reader reads chains as stored."""
+    def keyframe(self, seq: int, channel: str) -> tuple[str, memoryview] | None:
+        """The bytes of the keyframe of ``channel`` at ``seq`` as a view of its ``f`` row (read
+        once per transaction, copied once: out of the transaction), ``None`` when it has none
+        or the reader reads chains as stored."""
         if not self.keyframes:
             return None
         key = (seq, channel)
         hit = self._keyframes.get(key)
         if hit is None:
-            row = read_keyframe(self.txn, self.sid, seq, channel)
-            if row is not None:
-                hit = self._keyframes[key] = (row[0], prepare(row[1]))
+            hit = read_keyframe(self.txn, self.sid, seq, channel)
+            if hit is not None:
+                self._keyframes[key] = hit
         return hit
 
     def blob(self, seq: int, channel: str) -> LgBlob:
@@ -412,17 +353,20 @@ class BlobReader:
                 f"{blob.base} is not an earlier frame (or the chain exceeds {CHAIN_READ_MAX})",
                 seq=seq,
             )
-        hit = self.patches.entry((self.sid, blob.base, blob.channel), touch=self.touch)
-        if hit is None and blob.kind == BLOB_PATCH:
-            hit = self.keyframe(blob.base, blob.channel)
-        if hit is None:
-            return self.blob(blob.base, blob.channel), blob.base
-        typ, data = hit  # its bytes are kept, or prepared: no need to read its frame
-        if isinstance(data, bytes):
-            return LgBlob(blob.channel, blob.version, BLOB_FULL, typ, data), blob.base
-        if blob.kind == BLOB_PATCH and self.keyframes:
-            return PreparedBlob(blob.channel, blob.version, BLOB_FULL, typ, b"", 0, data), blob.base
-        return LgBlob(blob.channel, blob.version, BLOB_FULL, typ, data.as_bytes()), blob.base
+        hit = self.patches.known((self.sid, blob.base, blob.channel), touch=self.touch)
+        if hit is not None:  # its bytes are kept: no need to read its frame
+            return LgBlob(blob.channel, blob.version, BLOB_FULL, *hit), blob.base
+        if blob.kind == BLOB_PATCH:
+            row = self.keyframe(blob.base, blob.channel)
+            if row is not None:
+                typ, view = row
+                return KeyframeView(blob.channel, blob.version, BLOB_FULL, typ, b"", 0, view), (
+                    blob.base
+                )
+        base = self.blob(blob.base, blob.channel)
+        if blob.kind == BLOB_PATCH and base.kind == BLOB_FULL:  # read from its frame: kept
+            self.patches.keep((self.sid, blob.base, blob.channel), (base.type, base.data))
+        return base, blob.base
 
 
 # -- writing: what this process remembers of each channel's last blob (caller side) ------------

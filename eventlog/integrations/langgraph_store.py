@@ -66,7 +66,6 @@ Invariants:
 from __future__ import annotations
 
 from eventlog.integrations.langgraph_blobs import (
-    PATCH_BASES_KEPT,
     RESOLVED_BYTES_MAX,
     BlobReader,
     Chain,
@@ -180,7 +179,6 @@ __all__ = [
     "LINK_PREFIX",
     "MEMO_BYTES_MAX",
     "MEMO_ENTRIES_MAX",
-    "PATCH_BASES_KEPT",
     "PATCH_KEYFRAME_EVERY",
     "PATCH_MIN_BYTES",
     "READS",
