@@ -469,14 +469,13 @@ def test_checkpoints_stored_before_read_rows_replaced_their_rows_read_alike(
     assert saver.verify().ok
 
 
-def test_a_patch_reads_its_keyframe_row_in_place_and_a_keyframe_from_a_frame_is_kept(
-    lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cold reader applies a patch to its keyframe's ``f`` row as read, keeping nothing of it
-    (the next patch against it reads the row again, and no frame); a keyframe without an ``f``
-    row (the thread's first) is read from its frame once and kept as bytes, so the next patch
-    against it reads nothing; the keyframes' own checkpoints read alike."""
-    ids, states = put_states(lmdb_saver, "t", store.PATCH_KEYFRAME_EVERY + 20, large_state())
+def check_keyframe_rows(writer: LmdbSaver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold reader applies a patch to its keyframe's ``f`` row as read; a local row (LMDB) is
+    not kept (the next patch against it reads the row again, and no frame), a remote one
+    (PostgreSQL: a round trip) is; a keyframe without an ``f`` row (the thread's first) is read
+    from its frame once and kept as bytes, so the next patch against it reads nothing; the
+    keyframes' own checkpoints and a page of ``list`` read alike."""
+    ids, states = put_states(writer, "t", store.PATCH_KEYFRAME_EVERY + 20, large_state())
     f_reads = []
     real = blobs.read_keyframe
 
@@ -488,11 +487,12 @@ def test_a_patch_reads_its_keyframe_row_in_place_and_a_keyframe_from_a_frame_is_
 
     monkeypatch.setattr(blobs, "read_keyframe", counting)
     count = Counter(monkeypatch)
-    saver = LmdbSaver(lmdb_saver.log)  # kept nothing of the writes (cold)
+    saver = LmdbSaver(writer.log)  # kept nothing of the writes (cold)
+    remote = writer.log.backend.remote
     second = store.PATCH_KEYFRAME_EVERY + 1  # the second keyframe (it has an f row)
     expected = [
         (second + 2, 0, 1),  # its f row read, applied in place
-        (second + 9, 0, 1),  # read again: a row costs what keeping it would save
+        (second + 9, 0, 0 if remote else 1),  # local: read again (cheaper than keeping it)
         (3, 1, 0),  # the first keyframe has no f row: its frame read, its bytes kept
         (7, 0, 0),  # kept: no row, no frame
     ]
@@ -502,14 +502,27 @@ def test_a_patch_reads_its_keyframe_row_in_place_and_a_keyframe_from_a_frame_is_
         assert tup is not None
         assert tup.checkpoint["channel_values"] == states[step]
         assert (frames, len(f_reads)) == (frames_read, rows_read), step
-    assert len(saver._patches._full) == 1  # the first keyframe only (read from its frame)
+    assert len(saver._patches._full) == (2 if remote else 1)  # the keyframes kept
     for step in (second, 0):  # the keyframes' own checkpoints
         tup = saver.get_tuple(conf("t", ids[step]))
         assert tup is not None
         assert tup.checkpoint["channel_values"] == states[step]
     page = list(saver.list(conf("t"), limit=30))
     assert [t.checkpoint["channel_values"] for t in page] == states[::-1][:30]
-    assert lmdb_saver.verify().ok
+    assert writer.verify().ok
+
+
+def test_a_patch_reads_its_keyframe_row_in_place_and_a_keyframe_from_a_frame_is_kept(
+    lmdb_saver: LmdbSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_keyframe_rows(lmdb_saver, monkeypatch)
+
+
+def test_a_keyframe_row_read_over_a_round_trip_is_kept_on_postgres(
+    pg_schemas: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as saver:
+        check_keyframe_rows(saver, monkeypatch)
 
 
 def test_kept_bytes_stay_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -123,9 +123,10 @@ class Patches:
     Keyed by ``(sid, seq, channel)``: the bytes a blob stores at a stream seq never change
     (seqs are not reused), so what is kept stays right across transactions. Kept (up to
     ``RESOLVED_BYTES_MAX``, least recently used out): the full bytes of the last full and
-    patched blobs written, the newest values read, and the keyframes read from their frames (a
-    keyframe with an ``f`` row is read from it again: a patch applies to the row in place, so
-    keeping it would save one row read). A patch is applied by :func:`apply_patch`: nothing is
+    patched blobs written, the newest values read, and the keyframes read from their frames or,
+    on a server (``Backend.remote``: a row read is a round trip), from their ``f`` rows (a local
+    ``f`` row is read again: a patch applies to the row in place, so keeping it would save one
+    row read). A patch is applied by :func:`apply_patch`: nothing is
     built per keyframe, so a read whose keyframe nobody kept costs what a kept one does.
     """
 
@@ -242,6 +243,7 @@ class BlobReader:
         ``touch=False``: the kept bytes it finds do not count as used (a scan: ``list``)."""
         self.keyframes = keyframes
         self.touch = touch
+        self.remote = log.backend.remote
         self.log = log
         self.txn = txn
         self.sid = sid
@@ -360,6 +362,10 @@ class BlobReader:
             row = self.keyframe(blob.base, blob.channel)
             if row is not None:
                 typ, view = row
+                if self.remote:  # a row read is a round trip (PostgreSQL): keep its bytes
+                    data = bytes(view)
+                    self.patches.keep((self.sid, blob.base, blob.channel), (typ, data))
+                    return LgBlob(blob.channel, blob.version, BLOB_FULL, typ, data), blob.base
                 return KeyframeView(blob.channel, blob.version, BLOB_FULL, typ, b"", 0, view), (
                     blob.base
                 )
