@@ -26,6 +26,7 @@ from eventlog.frames import (
     CheckpointFrame,
     FanOutHeader,
     Save,
+    Snapshot,
     Tombstone,
 )
 from eventlog.layout import U64
@@ -37,12 +38,14 @@ from eventlog.materialized import (
     HeadRow,
     book_after,
     book_of,
+    cached_change_array,
     change_array,
     delete_rows,
     encoded,
     load_rows,
     read_positions,
     read_row,
+    started_array,
     write_instance_rows,
     write_instance_saves,
     write_instances,
@@ -58,7 +61,6 @@ from projections.records import (
     Incoming,
     Slot,
     delta,
-    snapshot,
 )
 
 if TYPE_CHECKING:
@@ -158,11 +160,23 @@ class _HeadFrame(DeferredFrame):
         self.plan = (before_row, frame, head, as_snapshot)
         if not as_snapshot:
             return frame
-        full = snapshot(head)
         calls = self._calls(frame)
-        if calls is not None:  # save_instance calls: keep them, which the record hides
-            full = msgspec.structs.replace(full, batch=calls[0], instance_saved_at=calls[1])
-        return full
+        return Snapshot(  # projections.records.snapshot, its instances from cached bytes
+            kind=head.kind,
+            saved_at=head.last_saved_at,
+            invocation_id=head.invocation_id,
+            correlation_id=head.correlation_id,
+            schema_version=head.schema_version,
+            state=head.state,
+            parent_states=head.parent_states,
+            positions=tuple(head.positions),
+            layout=tuple(s.header for s in head.slots),
+            instances=msgspec.Raw(started_array(head.slots)),  # type: ignore[arg-type]
+            next_fid=head.next_fid,
+            # save_instance calls: keep them, which the record hides
+            batch=() if calls is None else calls[0],
+            instance_saved_at=() if calls is None else calls[1],
+        )
 
     def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
         """The ``save_instance`` calls ``frame`` commits, each with its time (``None``: the
@@ -412,15 +426,17 @@ class _InstanceSaves(_HeadFrame):
                 times = list(map(_saved_at_of, batch))
                 if slots is not None:
                     slot = slots[hd.fid]  # in call order (the later wins), at C speed
-                    collections.deque(
-                        map(slot.instances.__setitem__, indices, map(_progress_of, batch)), 0
-                    )
+                    progs = list(map(_progress_of, batch))
+                    collections.deque(map(slot.instances.__setitem__, indices, progs), 0)
                     slot.src = None
+                    array = cached_change_array(slot, indices, progs, raws)
+                else:
+                    array = change_array(hd.fid, indices, raws)
                 self.rows = (hd.fid, indices, raws)
                 return Save(
                     kind="fan_out_internal",
                     saved_at=times[-1],
-                    instances=msgspec.Raw(change_array(hd.fid, indices, raws)),  # type: ignore[arg-type]
+                    instances=msgspec.Raw(array),  # type: ignore[arg-type]
                     instance_saved_at=tuple(times) if len(times) > 1 else (),
                 )
         changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
