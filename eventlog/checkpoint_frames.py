@@ -582,24 +582,37 @@ def staged_frames(
             if first > begin:
                 out.append((stream, None, first - begin))
         changes = staged[first:end]
-        sizes = map(len, map(_raw_of, changes))  # each change's size, as add() counts it
-        ends = list(
-            itertools.accumulate(
-                map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES))
-            )
-        )
-        start, n, base = 0, len(changes), 0
-        while start < n:  # frames of at most BATCH_CHANGES_MAX changes / batch_bytes_max
-            stop = bisect.bisect_right(
-                ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
-            )
+        for start, stop, size in _cuts(owner, changes):
             batch = _InstanceSaves(owner, changes[start])
             batch.changes = part = changes[start:stop]
-            batch.bytes = ends[stop - 1] - base
+            batch.bytes = size
             key = part[0].key
             batch.mixed = any(map(operator.is_not, map(_key_of, part), itertools.repeat(key)))
             out.append((stream, batch, stop - start))
-            start, base = stop, ends[stop - 1]
+    return out
+
+
+def _cuts(owner: CheckpointLog, changes: list[_InstanceChange]) -> list[tuple[int, int, int]]:
+    """``(start, stop, bytes)`` of each frame ``changes`` make, cut at C speed where adding a
+    change would pass ``BATCH_CHANGES_MAX`` changes or ``batch_bytes_max`` bytes (sizes as
+    :meth:`_InstanceSaves.add` counts them; a change bigger than that alone is a frame of its
+    own): one sum when they all fit in one frame (the usual batch)."""
+    n = len(changes)
+    total = sum(map(len, map(_raw_of, changes))) + n * INSTANCE_OVERHEAD_BYTES
+    if n <= BATCH_CHANGES_MAX and total <= owner.batch_bytes_max:
+        return [(0, n, total)] if n else []
+    sizes = map(len, map(_raw_of, changes))
+    ends = list(
+        itertools.accumulate(map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES)))
+    )
+    out: list[tuple[int, int, int]] = []
+    start, base = 0, 0
+    while start < n:
+        stop = bisect.bisect_right(
+            ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
+        )
+        out.append((start, stop, ends[stop - 1] - base))
+        start, base = stop, ends[stop - 1]
     return out
 
 
@@ -607,19 +620,10 @@ def call_frames(owner: CheckpointLog, changes: list[_InstanceChange]) -> list[_I
     """A ``save_instances`` call's changes as its frames, cut at C speed where adding a change
     would pass ``BATCH_CHANGES_MAX`` changes or ``batch_bytes_max`` bytes (a change bigger
     than that alone is a frame of its own)."""
-    sizes = map(len, map(_raw_of, changes))
-    ends = list(
-        itertools.accumulate(map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES)))
-    )
-    frames: list[_InstanceSaves] = []
-    start, n, base = 0, len(changes), 0
-    while start < n:
-        stop = bisect.bisect_right(
-            ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
-        )
-        frames.append(_InstanceSaves.of_call(owner, changes[start:stop], ends[stop - 1] - base))
-        start, base = stop, ends[stop - 1]
-    return frames
+    cuts = _cuts(owner, changes)
+    if len(cuts) == 1:
+        return [_InstanceSaves.of_call(owner, changes, cuts[0][2])]  # the whole call: no copy
+    return [_InstanceSaves.of_call(owner, changes[a:b], size) for a, b, size in cuts]
 
 
 def check_in_head(log: EventLog, invocation_id: str, key: _FanOutKey, indices: list[int]) -> None:
