@@ -26,6 +26,7 @@ from eventlog.frames import (
     CheckpointFrame,
     FanOutHeader,
     Save,
+    Snapshot,
     Tombstone,
 )
 from eventlog.layout import U64
@@ -37,12 +38,14 @@ from eventlog.materialized import (
     HeadRow,
     book_after,
     book_of,
+    cached_change_array,
     change_array,
     delete_rows,
     encoded,
     load_rows,
     read_positions,
     read_row,
+    started_array,
     write_instance_rows,
     write_instance_saves,
     write_instances,
@@ -58,7 +61,6 @@ from projections.records import (
     Incoming,
     Slot,
     delta,
-    snapshot,
 )
 
 if TYPE_CHECKING:
@@ -158,11 +160,23 @@ class _HeadFrame(DeferredFrame):
         self.plan = (before_row, frame, head, as_snapshot)
         if not as_snapshot:
             return frame
-        full = snapshot(head)
         calls = self._calls(frame)
-        if calls is not None:  # save_instance calls: keep them, which the record hides
-            full = msgspec.structs.replace(full, batch=calls[0], instance_saved_at=calls[1])
-        return full
+        return Snapshot(  # projections.records.snapshot, its instances from cached bytes
+            kind=head.kind,
+            saved_at=head.last_saved_at,
+            invocation_id=head.invocation_id,
+            correlation_id=head.correlation_id,
+            schema_version=head.schema_version,
+            state=head.state,
+            parent_states=head.parent_states,
+            positions=tuple(head.positions),
+            layout=tuple(s.header for s in head.slots),
+            instances=msgspec.Raw(started_array(head.slots)),  # type: ignore[arg-type]
+            next_fid=head.next_fid,
+            # save_instance calls: keep them, which the record hides
+            batch=() if calls is None else calls[0],
+            instance_saved_at=() if calls is None else calls[1],
+        )
 
     def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
         """The ``save_instance`` calls ``frame`` commits, each with its time (``None``: the
@@ -412,15 +426,17 @@ class _InstanceSaves(_HeadFrame):
                 times = list(map(_saved_at_of, batch))
                 if slots is not None:
                     slot = slots[hd.fid]  # in call order (the later wins), at C speed
-                    collections.deque(
-                        map(slot.instances.__setitem__, indices, map(_progress_of, batch)), 0
-                    )
+                    progs = list(map(_progress_of, batch))
+                    collections.deque(map(slot.instances.__setitem__, indices, progs), 0)
                     slot.src = None
+                    array = cached_change_array(slot, indices, progs, raws)
+                else:
+                    array = change_array(hd.fid, indices, raws)
                 self.rows = (hd.fid, indices, raws)
                 return Save(
                     kind="fan_out_internal",
                     saved_at=times[-1],
-                    instances=msgspec.Raw(change_array(hd.fid, indices, raws)),  # type: ignore[arg-type]
+                    instances=msgspec.Raw(array),  # type: ignore[arg-type]
                     instance_saved_at=tuple(times) if len(times) > 1 else (),
                 )
         changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
@@ -566,24 +582,37 @@ def staged_frames(
             if first > begin:
                 out.append((stream, None, first - begin))
         changes = staged[first:end]
-        sizes = map(len, map(_raw_of, changes))  # each change's size, as add() counts it
-        ends = list(
-            itertools.accumulate(
-                map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES))
-            )
-        )
-        start, n, base = 0, len(changes), 0
-        while start < n:  # frames of at most BATCH_CHANGES_MAX changes / batch_bytes_max
-            stop = bisect.bisect_right(
-                ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
-            )
+        for start, stop, size in _cuts(owner, changes):
             batch = _InstanceSaves(owner, changes[start])
             batch.changes = part = changes[start:stop]
-            batch.bytes = ends[stop - 1] - base
+            batch.bytes = size
             key = part[0].key
             batch.mixed = any(map(operator.is_not, map(_key_of, part), itertools.repeat(key)))
             out.append((stream, batch, stop - start))
-            start, base = stop, ends[stop - 1]
+    return out
+
+
+def _cuts(owner: CheckpointLog, changes: list[_InstanceChange]) -> list[tuple[int, int, int]]:
+    """``(start, stop, bytes)`` of each frame ``changes`` make, cut at C speed where adding a
+    change would pass ``BATCH_CHANGES_MAX`` changes or ``batch_bytes_max`` bytes (sizes as
+    :meth:`_InstanceSaves.add` counts them; a change bigger than that alone is a frame of its
+    own): one sum when they all fit in one frame (the usual batch)."""
+    n = len(changes)
+    total = sum(map(len, map(_raw_of, changes))) + n * INSTANCE_OVERHEAD_BYTES
+    if n <= BATCH_CHANGES_MAX and total <= owner.batch_bytes_max:
+        return [(0, n, total)] if n else []
+    sizes = map(len, map(_raw_of, changes))
+    ends = list(
+        itertools.accumulate(map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES)))
+    )
+    out: list[tuple[int, int, int]] = []
+    start, base = 0, 0
+    while start < n:
+        stop = bisect.bisect_right(
+            ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
+        )
+        out.append((start, stop, ends[stop - 1] - base))
+        start, base = stop, ends[stop - 1]
     return out
 
 
@@ -591,19 +620,10 @@ def call_frames(owner: CheckpointLog, changes: list[_InstanceChange]) -> list[_I
     """A ``save_instances`` call's changes as its frames, cut at C speed where adding a change
     would pass ``BATCH_CHANGES_MAX`` changes or ``batch_bytes_max`` bytes (a change bigger
     than that alone is a frame of its own)."""
-    sizes = map(len, map(_raw_of, changes))
-    ends = list(
-        itertools.accumulate(map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES)))
-    )
-    frames: list[_InstanceSaves] = []
-    start, n, base = 0, len(changes), 0
-    while start < n:
-        stop = bisect.bisect_right(
-            ends, base + owner.batch_bytes_max, start + 1, min(n, start + BATCH_CHANGES_MAX)
-        )
-        frames.append(_InstanceSaves.of_call(owner, changes[start:stop], ends[stop - 1] - base))
-        start, base = stop, ends[stop - 1]
-    return frames
+    cuts = _cuts(owner, changes)
+    if len(cuts) == 1:
+        return [_InstanceSaves.of_call(owner, changes, cuts[0][2])]  # the whole call: no copy
+    return [_InstanceSaves.of_call(owner, changes[a:b], size) for a, b, size in cuts]
 
 
 def check_in_head(log: EventLog, invocation_id: str, key: _FanOutKey, indices: list[int]) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import itertools
 import operator
 import reprlib
 import threading
@@ -497,13 +498,12 @@ def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[b
     )
     if fast:
         states = set(map(_state, progs))
-        inner = list(map(_inner, progs))
         fast = (
             states <= STATES
             and all(s.__class__ is str for s in states)
             and set(map(type, map(_is_error, progs))) <= {bool}
-            and set(map(type, inner)) <= {tuple}
-            and not any(inner)
+            # no inner positions: each the empty tuple (one object in CPython), in one pass
+            and all(map(operator.is_, map(_inner, progs), itertools.repeat(_NO_POSITIONS)))
         )
     if not fast:
         for k, (index, x) in enumerate(zip(indices, progs, strict=True)):
@@ -527,6 +527,7 @@ def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[b
     return indices, progs, raws
 
 
+_NO_POSITIONS: Final[tuple[Any, ...]] = ()  # the empty tuple (one object in CPython)
 _first: Final = operator.itemgetter(0)
 _second: Final = operator.itemgetter(1)
 _state: Final = operator.attrgetter("state")

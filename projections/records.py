@@ -149,6 +149,12 @@ class Slot:
     states: list[str] | None = None  # ``src``'s instance states (valid while ``src`` is set)
     results: list[Any] = field(default_factory=list)  # ``src``'s instance results, likewise
     in_flight: set[int] = field(default_factory=set)  # indices in flight in ``src``
+    # The writer's encodings (eventlog.materialized.started_array): ``entries[i]`` is
+    # ``InstanceChange(fid, i, objs[i])`` encoded (empty when not started), which stands for
+    # ``instances[i]`` while ``instances[i] is objs[i]``; a fold never reads or sets them (a
+    # copy starts without).
+    objs: list[Any] | None = field(default=None, compare=False, repr=False)
+    entries: list[bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> FanOutKey:
