@@ -59,7 +59,6 @@ SLOT_MAGIC = b"CKWH"
 RECORD_MAGIC = b"CKWR"
 VERSION = 1
 SLOTS = (0, 2048)
-PAGE_BYTES = 4096  # LMDB's page size on the platforms ckptlog runs on (read back from the file)
 META_COPY = 4096  # slot i's two meta pages at META_COPY + i * 2 * page size
 _SLOT = struct.Struct("<4sIQQII")  # magic, version, generation, checkpoint txn, psize, crc
 _REC = struct.Struct("<4sQQII")  # magic, generation, txn id, body length, body crc
