@@ -52,7 +52,7 @@ import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from itertools import islice, repeat
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NoReturn
@@ -554,7 +554,7 @@ def _commit_with_segment(
     tid: int = txn.id()
     try:
         header = lmdb_wal.read_header(fd)
-        if header != env.seg_header or header is None:
+        if header is None or (header is not env.seg_header and header != env.seg_header):
             env.seg_header = header
             env.seg_tail = 0 if header is None else header.records_at
             env.seg_last = 0 if header is None else header.checkpoint
@@ -1155,7 +1155,6 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
 _CURSOR_FROM = 4  # put_many of more pairs than this goes through one cursor's putmulti
 _BYTES = frozenset((bytes,))
 _first = itemgetter(0)  # of a (key, value) pair, at C speed
-_second = itemgetter(1)
 
 
 class _LmdbLoggedWrite(_LmdbWrite):
@@ -1187,11 +1186,11 @@ class _LmdbLoggedWrite(_LmdbWrite):
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         super().put_many(table, pairs)
-        self.ops += zip(repeat(table), map(_first, pairs), map(bytes, map(_second, pairs)))
+        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         super().append_many(table, pairs)
-        self.ops += zip(repeat(table), map(_first, pairs), map(bytes, map(_second, pairs)))
+        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
 
 
 class LmdbBackend(Backend):
