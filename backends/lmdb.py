@@ -1114,8 +1114,14 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         self._txn.put(key, value, db=self._db(table), append=True)
 
     def _check_keys(self, pairs: list[tuple[bytes, bytes]]) -> None:
-        keys = list(map(_first, pairs))
         limit = self._max_key
+        if len(pairs) <= _CURSOR_FROM:  # a save's one or two rows: a plain loop costs less
+            for pair in pairs:
+                key = pair[0]
+                if key.__class__ is not bytes or not 0 < len(key) <= limit:
+                    self._check_key(key)  # raises with the message for the offending key
+            return
+        keys = list(map(_first, pairs))
         if _BYTES.issuperset(map(type, keys)):  # the usual batch, proven at C speed
             lens = set(map(len, keys))
             if not lens or (min(lens) > 0 and max(lens) <= limit):
