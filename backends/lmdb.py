@@ -52,7 +52,7 @@ import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from itertools import islice, repeat
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NoReturn
@@ -177,7 +177,8 @@ class _Env:
         self.pin: Any = None
         self.pin_id = -1
         self.pin_generation = 0
-        self.seg_base_page = 0  # the data file's last page at this process's last checkpoint
+        self.seg_base_bytes = 0  # the data file's size at this process's last checkpoint
+        self.data_bytes = 0  # its size when this process's current write transaction began
         self.durability = durability
         self.readonly = readonly
         self.map_size_max = map_max
@@ -471,8 +472,10 @@ class _WriteScope:
             fd = env.lock_fd  # env.lock_writers(), inlined: it runs around every commit
             if fd is not None:
                 _flock(fd, _LOCK_EX)
-                if _fstat(fd).st_nlink == 0:
+                st = _fstat(fd)
+                if st.st_nlink == 0:
                     env.refuse_replaced()
+                env.data_bytes = st.st_size  # the segment's growth bound reads it
             try:
                 env.enter()
                 try:
@@ -551,11 +554,13 @@ def _commit_with_segment(
     tid: int = txn.id()
     try:
         header = lmdb_wal.read_header(fd)
-        if header != env.seg_header or header is None:
+        if header is None or (header is not env.seg_header and header != env.seg_header):
             env.seg_header = header
             env.seg_tail = 0 if header is None else header.records_at
             env.seg_last = 0 if header is None else header.checkpoint
-        if header is not None:
+        if header is not None and tid - 1 != env.seg_last:
+            # Another process committed since (else no record can follow ours: at most a
+            # record of a transaction that failed to commit, which ours overwrites).
             while True:  # past the records other processes appended since
                 end = lmdb_wal.next_record_end(
                     fd, env.seg_tail, header.generation, env.seg_last + 1
@@ -580,8 +585,7 @@ def _commit_with_segment(
                 ops is not None
                 and env.seg_last == tid - 1
                 and env.seg_last - header.checkpoint < lmdb_wal.RECORDS_MAX
-                and (env.env.info()["last_pgno"] - env.seg_base_page) * lmdb_wal.PAGE_BYTES
-                < lmdb_wal.GROWTH_MAX_BYTES
+                and env.data_bytes - env.seg_base_bytes < lmdb_wal.GROWTH_MAX_BYTES
             ):
                 rec = lmdb_wal.record_bytes(header.generation, tid, ops)
                 if env.seg_tail + len(rec) <= lmdb_wal.SEGMENT_BYTES:
@@ -604,7 +608,7 @@ def _commit_with_segment(
         assert env.lock_fd is not None
         env.seg_header = lmdb_wal.write_checkpoint(fd, env.lock_fd, header, tid)
         env.seg_tail, env.seg_last = env.seg_header.records_at, tid
-        env.seg_base_page = env.env.info()["last_pgno"]
+        env.seg_base_bytes = _fstat(env.lock_fd).st_size
         env.repin(env.seg_header.generation)
     except OSError as e:
         with suppress(lmdb.Error):
@@ -1110,8 +1114,14 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         self._txn.put(key, value, db=self._db(table), append=True)
 
     def _check_keys(self, pairs: list[tuple[bytes, bytes]]) -> None:
-        keys = list(map(_first, pairs))
         limit = self._max_key
+        if len(pairs) <= _CURSOR_FROM:  # a save's one or two rows: a plain loop costs less
+            for pair in pairs:
+                key = pair[0]
+                if key.__class__ is not bytes or not 0 < len(key) <= limit:
+                    self._check_key(key)  # raises with the message for the offending key
+            return
+        keys = list(map(_first, pairs))
         if _BYTES.issuperset(map(type, keys)):  # the usual batch, proven at C speed
             lens = set(map(len, keys))
             if not lens or (min(lens) > 0 and max(lens) <= limit):
@@ -1151,7 +1161,6 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
 _CURSOR_FROM = 4  # put_many of more pairs than this goes through one cursor's putmulti
 _BYTES = frozenset((bytes,))
 _first = itemgetter(0)  # of a (key, value) pair, at C speed
-_second = itemgetter(1)
 
 
 class _LmdbLoggedWrite(_LmdbWrite):
@@ -1159,7 +1168,9 @@ class _LmdbLoggedWrite(_LmdbWrite):
     of a durable commit (backends/lmdb_wal.py). Values are copied by ``bytes`` already."""
 
     def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        super().__init__(txn, dbs, max_key)
+        self._txn = txn  # (the two parents' __init__ inline: one per durable commit)
+        self._dbs = dbs
+        self._max_key = max_key
         self.ops: list[tuple[str, bytes, bytes | None]] = []
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
@@ -1167,7 +1178,7 @@ class _LmdbLoggedWrite(_LmdbWrite):
             self._check_key(key)  # raises
         dbs = self._dbs  # (_LmdbWrite.put inline: a put per row of every durable save)
         self._txn.put(key, value, db=dbs[table] if table in dbs else self._db(table))
-        self.ops.append((table, key, bytes(value)))
+        self.ops.append((table, key, value if type(value) is bytes else bytes(value)))
 
     def delete(self, table: str, key: bytes) -> bool:
         deleted = super().delete(table, key)
@@ -1181,11 +1192,11 @@ class _LmdbLoggedWrite(_LmdbWrite):
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         super().put_many(table, pairs)
-        self.ops += zip(repeat(table), map(_first, pairs), map(bytes, map(_second, pairs)))
+        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         super().append_many(table, pairs)
-        self.ops += zip(repeat(table), map(_first, pairs), map(bytes, map(_second, pairs)))
+        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
 
 
 class LmdbBackend(Backend):

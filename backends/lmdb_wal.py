@@ -59,11 +59,11 @@ SLOT_MAGIC = b"CKWH"
 RECORD_MAGIC = b"CKWR"
 VERSION = 1
 SLOTS = (0, 2048)
-PAGE_BYTES = 4096  # LMDB's page size on the platforms ckptlog runs on (read back from the file)
 META_COPY = 4096  # slot i's two meta pages at META_COPY + i * 2 * page size
 _SLOT = struct.Struct("<4sIQQII")  # magic, version, generation, checkpoint txn, psize, crc
 _REC = struct.Struct("<4sQQII")  # magic, generation, txn id, body length, body crc
-_REC_BYTES = _REC.size + 4  # + the header's own crc
+_CRC = struct.Struct("<I")
+_REC_BYTES = _REC.size + _CRC.size  # + the header's own crc
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[tuple[str, bytes, bytes | None]]).decode
 
@@ -119,7 +119,7 @@ def read_header(fd: int) -> Header | None:
 def record_bytes(generation: int, txn_id: int, ops: list[tuple[str, bytes, bytes | None]]) -> bytes:
     body = _encode(ops)
     head = _REC.pack(RECORD_MAGIC, generation, txn_id, len(body), zlib.crc32(body))
-    return head + struct.pack("<I", zlib.crc32(head)) + body
+    return b"".join((head, _CRC.pack(zlib.crc32(head)), body))
 
 
 def next_record_end(fd: int, at: int, generation: int, txn_id: int) -> int | None:

@@ -1,0 +1,142 @@
+"""The instructions of one durable save, counted (issue 28).
+
+``python -m benchmarks.durable_ir [--n N] [--k K] [--rows NAME ...] [--out PATH]``
+
+Each row runs twice under valgrind's callgrind, in a child process: the set-up and ``N``
+operations, then the set-up and ``N + K``; the difference over ``K`` is the instructions per
+operation (every thread; system calls, and so the flushes themselves, are not counted). Rows:
+``CheckpointLog.save`` at ``"fsync"`` of a ~200 B and a ~4 KiB state (the states of
+:mod:`benchmarks.durable_commit`; ``save200p``: the 200 B save at ``"process"``, what the
+durable path adds is the difference), ``LmdbSaver.put`` at fsync, and for scale raw py-lmdb
+(one put per synced transaction) and SQLite WAL FULL (one INSERT + COMMIT). ``K`` is a
+multiple of the segment's checkpoint cadence so that checkpoints are amortized in. It also
+prints the bytes handed to ``write``/``pwrite`` per operation (``/proc/self/io`` ``wchar``),
+measured without valgrind. Needs ``valgrind`` on the PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from benchmarks.durable_commit import _lg_checkpoint, _rec, _written
+
+RESULTS = Path(__file__).parent / "results" / "durable_ir.json"
+
+
+def _ops(d: Path, name: str) -> tuple[Callable[[int], None], Callable[[], None]]:
+    if name.startswith("save"):
+        from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
+
+        size = int(name.removeprefix("save").removesuffix("p"))
+        log = CheckpointLog.open(d / "log", durability="process" if name.endswith("p") else "fsync")
+        return (lambda i: log.save("inv", _rec(i, size))), log.close
+    if name == "lgput":
+        from eventlog.integrations.langgraph import LmdbSaver  # noqa: PLC0415
+
+        saver = LmdbSaver.open(d / "lg")
+        state: dict[str, Any] = {}
+
+        def put(i: int) -> None:
+            config, cp, md, versions = _lg_checkpoint(i)
+            cp["id"] = f"{i:032d}"
+            state["c"] = saver.put(state.get("c", config), cp, md, versions)
+
+        return put, saver.close
+    if name == "rawlmdb":
+        env = lmdb.open(str(d / "raw"), sync=True, map_size=1 << 28)
+        value = b"x" * 200
+
+        def raw(i: int) -> None:
+            with env.begin(write=True) as txn:
+                txn.put(b"k%08d" % i, value)
+
+        return raw, env.close
+    assert name == "sqlite"
+    db = sqlite3.connect(d / "sq.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
+    blob = b"x" * 200
+
+    def sql(i: int) -> None:
+        db.execute("BEGIN")
+        db.execute("INSERT INTO t VALUES (?, ?)", (i, blob))
+        db.execute("COMMIT")
+
+    return sql, db.close
+
+
+ROWS = ("save200", "save4096", "lgput", "rawlmdb", "sqlite", "save200p")
+
+
+def child(name: str, n: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        op, close = _ops(Path(tmp), name)
+        try:
+            for i in range(n):
+                op(i)
+        finally:
+            close()
+
+
+def instructions(name: str, n: int) -> int:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
+    cmd += ["-m", "benchmarks.durable_ir", "--child", name, str(n)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stderr
+    m = re.search(r"Collected : ([\d,]+)", out)
+    assert m is not None, out[-2000:]
+    return int(m.group(1).replace(",", ""))
+
+
+def bytes_written(name: str, n: int, k: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        op, close = _ops(Path(tmp), name)
+        try:
+            for i in range(n):
+                op(i)
+            w = _written()
+            for i in range(n, n + k):
+                op(i)
+            return (_written() - w) / k
+        finally:
+            close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs=2, metavar=("ROW", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--k", type=int, default=512)
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return 0
+    out: dict[str, dict[str, float]] = {}
+    print(f"| row (N = {args.n}, K = {args.k}) | instructions per op | bytes written per op |")
+    print("|---|---:|---:|")
+    for name in args.rows:
+        per = (instructions(name, args.n + args.k) - instructions(name, args.n)) / args.k
+        wrote = bytes_written(name, args.n, args.k)
+        out[name] = {"instructions": per, "bytes_written": wrote}
+        print(f"| {name} | {per:,.0f} | {wrote:,.0f} |", flush=True)
+    args.out.write_text(json.dumps({"n": args.n, "k": args.k, "rows": out}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
