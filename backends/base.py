@@ -118,6 +118,18 @@ class ReadTxn(abc.ABC):
                     named.append((k, v))
         return found, named
 
+    def get_named(
+        self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes
+    ) -> tuple[bytes | None, bytes | None, list[tuple[bytes, bytes]]]:
+        """The row ``name`` of ``names``, whose value P is a key prefix (a stream id), then the
+        row P + ``suffix`` of ``table`` and every row of ``ranged`` whose key starts with P +
+        ``tail``, in key order; ``(None, None, [])`` when ``name`` is absent (one statement
+        where the backend is a server: the two lookups are joined to the one naming P)."""
+        p = self.get(names, name)
+        if p is None:
+            return None, None, []
+        return p, self.get(table, p + suffix), self.prefix_rows(ranged, p + tail)
+
 
 class WriteTxn(ReadTxn):
     """A read transaction that can also change tables; atomic on commit."""
@@ -195,6 +207,14 @@ class Backend(abc.ABC):
         round trip, on a server)."""
         with self.read() as txn:
             return txn.get_many_linked(table, keys, link, prefix, width)
+
+    def get_named_now(
+        self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes
+    ) -> tuple[bytes | None, bytes | None, list[tuple[bytes, bytes]]]:
+        """:meth:`ReadTxn.get_named` as a transaction of its own (one statement, one round
+        trip, on a server)."""
+        with self.read() as txn:
+            return txn.get_named(names, name, table, suffix, ranged, tail)
 
     def add_tables(self, tables: Iterable[str], *, create: bool) -> tuple[str, ...]:
         """Make more tables usable after opening (a materialized view's, found in an existing

@@ -283,6 +283,24 @@ def _ddl(schema: str, table: str) -> list[sql.Composed]:
     ]
 
 
+_NAMED: dict[tuple[str, str, str], str] = {}
+
+
+def _named_sql(n: _Sql, t: _Sql, r: _Sql) -> str:
+    """:meth:`_PgRead.get_named`'s statement for its three tables (rendered once)."""
+    key = (n.ident, t.ident, r.ident)
+    got = _NAMED.get(key)
+    if got is None:
+        got = _NAMED[key] = (
+            f"WITH p AS (SELECT v FROM {n.ident} WHERE k = %b) "
+            "SELECT 0, NULL::bytea, p.v FROM p UNION ALL "
+            f"SELECT 1, t.k, t.v FROM {t.ident} AS t, p WHERE t.k = p.v || %b::bytea UNION ALL "
+            f"SELECT 2, r.k, r.v FROM {r.ident} AS r, p "
+            "WHERE r.k >= p.v || %b::bytea AND r.k < p.v || %b::bytea"
+        )
+    return got
+
+
 class _PgRead(ReadTxn):
     _what = "reading"
 
@@ -353,6 +371,22 @@ class _PgRead(ReadTxn):
         rows = self._q(s.linked, (_bytea_array(ok), width, width, prefix, width, link))
         found = {bytes(k): v for k, v, named in rows if not named}
         return [found.get(k) for k in keys], [(bytes(k), v) for k, v, named in rows if named]
+
+    def get_named(
+        self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes
+    ) -> tuple[bytes | None, bytes | None, list[tuple[bytes, bytes]]]:
+        """One statement: the row ``name`` of ``names`` (its value P), the row P + ``suffix``
+        of ``table`` and the rows of ``ranged`` under P + ``tail``, joined to it."""
+        n, t, r = self._readable(names), self._readable(table), self._readable(ranged)
+        end = prefix_end(tail)
+        if n is None or t is None or r is None or end is None or not name:
+            return super().get_named(names, name, table, suffix, ranged, tail)
+        got = self._q(_named_sql(n, t, r), (name, suffix, tail, end))
+        p = next((bytes(v) for tag, _, v in got if tag == 0), None)
+        if p is None:
+            return None, None, []
+        row = next((v for tag, _, v in got if tag == 1), None)
+        return p, row, sorted((bytes(k), v) for tag, k, v in got if tag == 2)
 
     def scan(
         self,
@@ -1507,31 +1541,34 @@ class PostgresBackend(Backend):
         self._check()
         return _ReadScope(self)
 
-    def get_many_now(self, table: str, keys: list[bytes]) -> list[bytes | None]:
-        """One statement on an idle reader (autocommit: the statement is its transaction)."""
+    def _now(self, read: Callable[[_PgRead], T]) -> T:
+        """``read`` as one statement on an idle reader (autocommit: the statement is its
+        transaction); a reader that failed is closed, not given back."""
         self._check()
         conn = self._reader()
         try:
-            rows = _PgRead(conn, self).get_many(table, keys)
-        except BaseException:
-            conn.close()
-            raise
-        self._give_back(conn)
-        return rows
-
-    def get_many_linked_now(
-        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
-    ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
-        """One statement on an idle reader (autocommit: the statement is its transaction)."""
-        self._check()
-        conn = self._reader()
-        try:
-            got = _PgRead(conn, self).get_many_linked(table, keys, link, prefix, width)
+            got = read(_PgRead(conn, self))
         except BaseException:
             conn.close()
             raise
         self._give_back(conn)
         return got
+
+    def get_many_now(self, table: str, keys: list[bytes]) -> list[bytes | None]:
+        """One statement on an idle reader."""
+        return self._now(lambda r: r.get_many(table, keys))
+
+    def get_many_linked_now(
+        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+    ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
+        """One statement on an idle reader."""
+        return self._now(lambda r: r.get_many_linked(table, keys, link, prefix, width))
+
+    def get_named_now(
+        self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes
+    ) -> tuple[bytes | None, bytes | None, list[tuple[bytes, bytes]]]:
+        """One statement on an idle reader."""
+        return self._now(lambda r: r.get_named(names, name, table, suffix, ranged, tail))
 
     def write(self, before_lock: Callable[[WriteTxn], None] | None = None) -> _WriteScope:
         self._check()

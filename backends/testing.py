@@ -500,6 +500,37 @@ class BackendContract:
             assert got[0] == [None, b"one"]
             assert sorted(got[1]) == [(b"Laaa", b"A"), (b"Lbbb", b""), (b"Lzzz", b"Z")]
 
+    def test_get_named_reads_a_row_and_a_range_under_the_prefix_a_name_holds(
+        self, backend: Backend
+    ) -> None:
+        """``get_named``: the value P of a name row, the row P + suffix, and the rows under P +
+        tail in key order (another prefix's rows and keys past the tail left out; a tail of
+        0xff bytes too); nothing when the name is absent; in a read transaction, in a write
+        transaction (its own writes seen) and as a transaction of its own."""
+
+        def fn(txn: WriteTxn) -> None:
+            txn.put("a", b"thread", b"P1")
+            txn.put("b", b"P1cid", b"row")
+            txn.put("b", b"P2cid", b"other")
+            for k in (b"P1w2", b"P1w1", b"P1wz", b"P1x", b"P2w1", b"P1\xff\xff1", b"P1\xff\xff"):
+                txn.put("b", k, k[2:])
+
+        backend.run_write(fn)
+        want = (b"P1", b"row", [(b"P1w1", b"w1"), (b"P1w2", b"w2"), (b"P1wz", b"wz")])
+        with backend.read() as r:
+            assert r.get_named("a", b"thread", "b", b"cid", "b", b"w") == want
+            assert r.get_named("a", b"nobody", "b", b"cid", "b", b"w") == (None, None, [])
+            assert r.get_named("a", b"thread", "b", b"gone", "b", b"q") == (b"P1", None, [])
+            got = r.get_named("a", b"thread", "b", b"cid", "b", b"\xff\xff")
+            assert got[2] == [(b"P1\xff\xff", b"\xff\xff"), (b"P1\xff\xff1", b"\xff\xff1")]
+        assert backend.get_named_now("a", b"thread", "b", b"cid", "b", b"w") == want
+        with backend.write() as w:
+            w.put("b", b"P1w3", b"w3")
+            w.put("b", b"P1cid", b"new")
+            got = w.get_named("a", b"thread", "b", b"cid", "b", b"w")
+            assert got[:2] == (b"P1", b"new")
+            assert [k for k, _ in got[2]] == [b"P1w1", b"P1w2", b"P1w3", b"P1wz"]
+
     def test_discard_deletes_with_the_other_writes(self, backend: Backend) -> None:
         """``discard`` is ``delete`` without an answer: a write after it wins, it wins over a
         write before it, and a discarded absent key is no error."""

@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from backends.base import ReadTxn, prefix_end
-from eventlog.errors import CorruptFrame, InvalidCheckpoint, InvalidConfig
+from eventlog.errors import CheckpointError, CorruptFrame, InvalidCheckpoint, InvalidConfig
 from eventlog.frames import (
     BLOB_EMPTY,
     BLOB_FULL,
@@ -53,6 +53,7 @@ from eventlog.integrations.langgraph_store import (
     materialize,
     read_checkpoint_row,
     read_latest_parts,
+    read_named,
     read_row,
     row_of_read,
     split_write_key,
@@ -180,6 +181,41 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     }
 
 
+def _resolved(rr: ReadRow, sid: int, patches: Patches) -> bool:
+    """Whether ``rr`` 's values need no transaction: each stored inline whole (or empty), its
+    resolved bytes kept by the saver, or an inline patch whose keyframe the saver kept."""
+    for ch, seq, inline in rr.values:
+        if inline is not None and inline.kind in (BLOB_FULL, BLOB_EMPTY):
+            continue
+        if inline is not None and inline.kind != BLOB_PATCH:  # an append: its base is read
+            return False
+        if patches.known((sid, seq, ch), touch=False) is not None:
+            continue
+        if inline is None or not 0 < inline.base < seq:
+            return False
+        if patches.known((sid, inline.base, ch), touch=False) is None:  # its keyframe
+            return False
+    return True
+
+
+def _kept(patches: Patches, key: tuple[int, int, str], cid: str) -> tuple[str, bytes]:
+    """The bytes ``patches`` keeps at ``key`` (:func:`_resolved` found them)."""
+    hit = patches.known(key)
+    if hit is None:  # dropped since _resolved looked: read it the general way
+        raise CorruptFrame(f"checkpoint {cid!r}: a kept keyframe was dropped", seq=key[1])
+    return hit
+
+
+def _in(reader: BlobReader | None, cid: str) -> BlobReader:
+    """``reader``, which a read row that needs frames must have been given."""
+    if reader is None:
+        raise CheckpointError(
+            f"checkpoint {cid!r}: its read row needs a transaction, but was read without one; "
+            "this is a bug in ckptlog: report it"
+        )
+    return reader
+
+
 class SaverReads(BaseCheckpointSaver[str]):
     """Reading LangGraph checkpoints from the log (the base of ``CkptlogSaver``)."""
 
@@ -193,31 +229,37 @@ class SaverReads(BaseCheckpointSaver[str]):
         key: tuple[str, str, int],
         cid: str,
         rr: ReadRow,
-        reader: BlobReader,
+        reader: BlobReader | None,
         wrows: list[tuple[str, int, WriteRow]] | None = None,
     ) -> _Read:
         """What the tuple of checkpoint ``cid`` is built from, from its read row (no frame read
         for a value stored inline or kept by the saver; else the frame of its blob and, for a
-        delta, of its keyframe) and its writes, in ``reader`` 's transaction."""
-        sid, patches = reader.sid, self._patches
+        delta, of its keyframe) and its writes, in ``reader`` 's transaction (``None``: no
+        transaction, when :func:`_resolved` says none is needed and ``wrows`` is empty)."""
+        sid, patches = key[2], self._patches
+        touch = True if reader is None else reader.touch
         chains: list[tuple[str, Chain]] = []
         for ch, seq, inline in rr.values:
             blob = inline
             if blob is None or blob.kind == BLOB_PATCH:
-                hit = patches.known((sid, seq, ch), touch=reader.touch)
+                hit = patches.known((sid, seq, ch), touch=touch)
                 if hit is not None:  # its resolved bytes are kept: no frame read
                     chains.append((ch, ((seq, LgBlob(ch, 0, BLOB_FULL, *hit)),)))
                     continue
                 if blob is None:
-                    blob = reader.blob(seq, ch)
+                    blob = _in(reader, cid).blob(seq, ch)
             kind = blob.kind
             if kind == BLOB_FULL:
                 chains.append((ch, ((seq, blob),)))
+            elif reader is None and kind == BLOB_PATCH:  # its keyframe kept (_resolved)
+                typ, data = _kept(patches, (sid, blob.base, ch), cid)
+                base = LgBlob(ch, blob.version, BLOB_FULL, typ, data)
+                chains.append((ch, ((seq, blob), (blob.base, base))))
             elif kind != BLOB_EMPTY:
-                chains.append((ch, reader.links(blob, seq)))
+                chains.append((ch, _in(reader, cid).links(blob, seq)))
         return _Read(
             key, cid, rr.row, rr.checkpoint_type, rr.checkpoint, rr.versions, chains,
-            [] if wrows == [] else self._writes(reader, cid, wrows),
+            [] if wrows == [] else self._writes(_in(reader, cid), cid, wrows),
         )  # fmt: skip
 
     def _read(
@@ -349,6 +391,10 @@ class SaverReads(BaseCheckpointSaver[str]):
                 latest_read = self._latest_read(tid, ns, got[0], pending, got[2])
                 if latest_read is not None:
                     return self._build(latest_read, serde)
+        elif self.log.backend.remote:  # by id on a server: one statement, then maybe a read
+            done, tup = self._get_named(tid, ns, cid, serde)
+            if done:
+                return tup
         with self.log.backend.read() as txn:
             if cid is None:
                 fast = self._read_latest(txn, tid, ns)
@@ -365,6 +411,37 @@ class SaverReads(BaseCheckpointSaver[str]):
                 cid, row = latest
             read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
         return None if read is None else self._build(read, serde)
+
+    def _get_named(
+        self, tid: str, ns: str, cid: str, serde: SerializerProtocol
+    ) -> tuple[bool, CheckpointTuple | None]:
+        """``get_tuple`` by id from :func:`read_named` (stream id, read row and write rows in
+        one statement), then, only when a value or a write needs a frame or a keyframe row not
+        kept, one read transaction for those. ``(False, None)``: read it the general way (a
+        checkpoint without a read row, a log without the tables, or rows gone between the two
+        reads: a concurrent delete, which the general way reads consistently)."""
+        try:
+            named = read_named(self.log.backend, tid, ns, cid)
+        except CheckpointError:
+            return False, None
+        if named is None:
+            return True, None  # no such thread and namespace
+        sid, rr, wrows = named
+        if rr is None:
+            return False, None
+        key = (tid, ns, sid)
+        if not wrows and _resolved(rr, sid, self._patches):
+            try:
+                read = self._from_row(key, cid, rr, None, [])
+            except CorruptFrame:  # a kept keyframe dropped meanwhile (another thread's reads)
+                return False, None
+            return True, self._build(read, serde)
+        try:
+            with self.log.backend.read() as txn:
+                read = self._from_row(key, cid, rr, self._reader(txn, sid, serde), wrows)
+        except CorruptFrame:
+            return False, None
+        return True, self._build(read, serde)
 
     def _read_latest(self, txn: ReadTxn, tid: str, ns: str) -> _Read | None:
         """The newest checkpoint from its ``lg_latest`` rows (one read, no frame decoded when

@@ -527,6 +527,29 @@ def write_rows(txn: ReadTxn, sid: int, checkpoint_id: str) -> list[tuple[str, in
     return out
 
 
+def read_named(
+    backend: Backend, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+) -> tuple[int, ReadRow | None, list[tuple[str, int, WriteRow]]] | None:
+    """A checkpoint's stream id, read row (``None``: absent) and write rows, in one read of
+    its own (``Backend.get_named_now``: one statement on PostgreSQL); ``None`` when the thread
+    has no such namespace. Raises ``CheckpointError`` when the log lacks one of the tables."""
+    p, raw, rows = backend.get_named_now(
+        THREADS,
+        thread_key(thread_id, checkpoint_ns),
+        READS,
+        _utf8(checkpoint_id),
+        WRITES,
+        _s16(checkpoint_id),
+    )
+    if p is None:
+        return None
+    writes = []
+    for key, v in rows:
+        _, task, idx = split_write_key(key)
+        writes.append((task, idx, _dec_write.decode(v)))
+    return U64.unpack(p)[0], None if raw is None else _dec_read.decode(raw), writes
+
+
 def blob_seq(txn: ReadTxn, sid: int, channel: str, version: str | int | float) -> int | None:
     raw = txn.get(BLOBS, blob_key(sid, channel, version_key(version)))
     return None if raw is None else U64.unpack(raw)[0]
