@@ -9,7 +9,6 @@ writer thread builds inside the write transaction, in call order, against the st
 from __future__ import annotations
 
 import bisect
-import collections
 import itertools
 import operator
 from collections.abc import Callable, Iterable
@@ -45,6 +44,7 @@ from eventlog.materialized import (
     load_rows,
     read_positions,
     read_row,
+    scatter,
     started_array,
     write_instance_rows,
     write_instance_saves,
@@ -473,7 +473,7 @@ class _InstanceSaves(_HeadFrame):
             if min(indices) >= 0 and max(indices) < hd.instance_count:
                 if slots is not None:
                     slot = slots[hd.fid]  # in call order (the later wins), at C speed
-                    collections.deque(map(slot.instances.__setitem__, indices, progs), 0)
+                    scatter(slot.instances, indices, progs)
                     slot.src = None
                     array = cached_change_array(slot, indices, progs, raws)
                 else:
