@@ -9,7 +9,6 @@ writer thread builds inside the write transaction, in call order, against the st
 from __future__ import annotations
 
 import bisect
-import collections
 import itertools
 import operator
 from collections.abc import Callable, Iterable
@@ -45,6 +44,7 @@ from eventlog.materialized import (
     load_rows,
     read_positions,
     read_row,
+    scatter,
     started_array,
     write_instance_rows,
     write_instance_saves,
@@ -258,6 +258,24 @@ class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
     def size(self) -> int:
         return len(self.raw) + INSTANCE_OVERHEAD_BYTES
 
+    def stage_into(self, cols: _Columns) -> None:
+        """Append its fields to ``cols``, a column each."""
+        keys, indices, progs, times, raws = cols
+        keys.append(self.key)
+        indices.append(self.index)
+        progs.append(self.progress)
+        times.append(self.saved_at)
+        raws.append(self.raw)
+
+
+# A run of changes column by column: keys, indices, progresses, times, encoded progresses (a
+# staged run or a save_instances call: no object per change)
+_Columns = tuple[list[_FanOutKey], list[int], list[Any], list[float], list[bytes]]
+
+
+def _no_columns() -> _Columns:
+    return [], [], [], [], []
+
 
 class _RawChange(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """Encodes exactly as an :class:`InstanceChange` whose progress is already msgpack bytes
@@ -280,12 +298,13 @@ class _InstanceSaves(_HeadFrame):
     ``flush()``, so it never takes the rest of its batch down with it.
     """
 
-    __slots__ = ("bytes", "changes", "early", "mixed", "rejected", "rows", "strict")
+    __slots__ = ("_changes", "bytes", "cols", "early", "mixed", "rejected", "rows", "strict")
     fast_compress = True  # results of fan-out instances: zstd level 1 is smaller and faster
 
     def __init__(self, owner: CheckpointLog, change: _InstanceChange) -> None:
         super().__init__(owner)
-        self.changes = [change]
+        self._changes = [change]
+        self.cols: _Columns | None = None  # the changes by column, until asked for as objects
         self.bytes = change.size
         self.rejected: list[InvalidRecord] = []
         self.early: tuple[FanOutHeader, ...] | None = None  # the layout rows were written by
@@ -295,16 +314,46 @@ class _InstanceSaves(_HeadFrame):
         self.rows: tuple[int, list[int], list[bytes]] | None = None
 
     @classmethod
-    def of_call(
-        cls, owner: CheckpointLog, changes: list[_InstanceChange], size: int
+    def of_columns(
+        cls, owner: CheckpointLog, cols: _Columns, size: int, *, strict: bool
     ) -> _InstanceSaves:
-        """One frame of a ``save_instances`` call (``size``: its changes' sizes, summed):
-        refused whole if the head refuses any of its changes, and never joined with others."""
-        batch = cls(owner, changes[0])
-        batch.changes = changes
-        batch.bytes = size
-        batch.strict = True
-        return batch  # one key: the call's
+        """A frame of changes given by column (``size``: their sizes, summed); ``strict``: one
+        of a ``save_instances`` call (one key), refused whole if the head refuses any of its
+        changes and never joined with others."""
+        batch = cls.__new__(cls)
+        batch.owner, batch.plan, batch.cols, batch._changes = owner, None, cols, []
+        batch.bytes, batch.rejected, batch.early, batch.rows = size, [], None, None
+        batch.strict = strict
+        keys = cols[0]
+        batch.mixed = not strict and keys.count(keys[0]) != len(keys)  # (equal keys: one fan-out)
+        return batch
+
+    @property
+    def changes(self) -> list[_InstanceChange]:
+        """The changes in call order, as objects (made from the columns the first time)."""
+        cols = self.cols
+        if cols is not None:
+            self._changes = list(map(_InstanceChange, *cols))
+            self.cols = None
+        return self._changes
+
+    @property
+    def count(self) -> int:
+        """How many changes the batch holds."""
+        return len(self._changes) if self.cols is None else len(self.cols[1])
+
+    def _columns(self) -> _Columns:
+        cols = self.cols
+        if cols is not None:
+            return cols
+        batch = self._changes
+        return (
+            list(map(_key_of, batch)),
+            list(map(_index_of, batch)),
+            list(map(_progress_of, batch)),
+            list(map(_saved_at_of, batch)),
+            list(map(_raw_of, batch)),
+        )
 
     def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:
         return frame.instances, frame.instance_saved_at or (frame.saved_at,)
@@ -331,7 +380,7 @@ class _InstanceSaves(_HeadFrame):
         return (
             type(later) is _InstanceSaves
             and not later.strict
-            and len(later.changes) == 1
+            and later.count == 1
             and self.add(later.changes[0])
         )
 
@@ -416,18 +465,15 @@ class _InstanceSaves(_HeadFrame):
         applied to ``slots`` (the writer's head) when given."""
         self.rejected = rejected = []
         self.rows = None
-        batch = self.changes
-        key = batch[0].key
+        cols = self.cols
+        key = cols[0][0] if cols is not None else self._changes[0].key
         hd = headers.get(key)
         if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
-            indices = list(map(_index_of, batch))
+            _, indices, progs, times, raws = cols if cols is not None else self._columns()
             if min(indices) >= 0 and max(indices) < hd.instance_count:
-                raws = list(map(_raw_of, batch))
-                times = list(map(_saved_at_of, batch))
                 if slots is not None:
                     slot = slots[hd.fid]  # in call order (the later wins), at C speed
-                    progs = list(map(_progress_of, batch))
-                    collections.deque(map(slot.instances.__setitem__, indices, progs), 0)
+                    scatter(slot.instances, indices, progs)
                     slot.src = None
                     array = cached_change_array(slot, indices, progs, raws)
                 else:
@@ -564,44 +610,60 @@ class _Delete(DeferredFrame):
 
 def staged_frames(
     owner: CheckpointLog,
-    staged: list[_InstanceChange],
+    staged: _Columns,
     runs: list[tuple[str, int]],
     last: Callable[[str], Any],
 ) -> list[tuple[str, Any, int]]:
-    """Staged ``save_instance`` calls (``runs``: each stream's first change in ``staged``) as
-    buffered batch frames ``(stream, frame, saves)`` in call order, cut as buffering each
-    call would cut them (:meth:`_InstanceSaves.add`: the first join the stream's last buffered
-    frame, ``last(stream)``, while it takes them; frame ``None``), at C speed."""
+    """Staged ``save_instance`` calls, by column (``runs``: each stream's first change in
+    them), as buffered batch frames ``(stream, frame, saves)`` in call order, cut as buffering
+    each call would cut them (:meth:`_InstanceSaves.add`: the first join the stream's last
+    buffered frame, ``last(stream)``, while it takes them; frame ``None``), at C speed."""
     out: list[tuple[str, Any, int]] = []
-    cut = [start for _, start in runs[1:]] + [len(staged)]
+    n = len(staged[1])
+    cut = [start for _, start in runs[1:]] + [n]
     for (stream, begin), end in zip(runs, cut, strict=True):
         into, first = last(stream), begin
         if into is not None:  # rare: a call buffered by buffer_into, or a run taken earlier
-            while first < end and into.add(staged[first]):
+            keys, indices, progs, times, raws = staged
+            while first < end and into.add(
+                _InstanceChange(
+                    keys[first], indices[first], progs[first], times[first], raws[first]
+                )
+            ):
                 first += 1
             if first > begin:
                 out.append((stream, None, first - begin))
-        changes = staged[first:end]
-        for start, stop, size in _cuts(owner, changes):
-            batch = _InstanceSaves(owner, changes[start])
-            batch.changes = part = changes[start:stop]
-            batch.bytes = size
-            key = part[0].key
-            batch.mixed = any(map(operator.is_not, map(_key_of, part), itertools.repeat(key)))
+        cols = staged if first == 0 and end == n else _slice(staged, first, end)
+        m = end - first
+        for start, stop, size in _cuts(owner, cols[4]):
+            part = cols if stop - start == m else _slice(cols, start, stop)
+            batch = _InstanceSaves.of_columns(owner, part, size, strict=False)
             out.append((stream, batch, stop - start))
     return out
 
 
-def _cuts(owner: CheckpointLog, changes: list[_InstanceChange]) -> list[tuple[int, int, int]]:
-    """``(start, stop, bytes)`` of each frame ``changes`` make, cut at C speed where adding a
-    change would pass ``BATCH_CHANGES_MAX`` changes or ``batch_bytes_max`` bytes (sizes as
-    :meth:`_InstanceSaves.add` counts them; a change bigger than that alone is a frame of its
-    own): one sum when they all fit in one frame (the usual batch)."""
-    n = len(changes)
-    total = sum(map(len, map(_raw_of, changes))) + n * INSTANCE_OVERHEAD_BYTES
+def _slice(cols: _Columns, start: int, stop: int) -> _Columns:
+    keys, indices, progs, times, raws = cols
+    return (
+        keys[start:stop],
+        indices[start:stop],
+        progs[start:stop],
+        times[start:stop],
+        raws[start:stop],
+    )
+
+
+def _cuts(owner: CheckpointLog, raws: list[bytes]) -> list[tuple[int, int, int]]:
+    """``(start, stop, bytes)`` of each frame changes of encoded progresses ``raws`` make, cut
+    at C speed where adding a change would pass ``BATCH_CHANGES_MAX`` changes or
+    ``batch_bytes_max`` bytes (sizes as :meth:`_InstanceSaves.add` counts them; a change bigger
+    than that alone is a frame of its own): one sum when they all fit in one frame (the usual
+    batch)."""
+    n = len(raws)
+    total = sum(map(len, raws)) + n * INSTANCE_OVERHEAD_BYTES
     if n <= BATCH_CHANGES_MAX and total <= owner.batch_bytes_max:
         return [(0, n, total)] if n else []
-    sizes = map(len, map(_raw_of, changes))
+    sizes = map(len, raws)
     ends = list(
         itertools.accumulate(map(operator.add, sizes, itertools.repeat(INSTANCE_OVERHEAD_BYTES)))
     )
@@ -616,14 +678,26 @@ def _cuts(owner: CheckpointLog, changes: list[_InstanceChange]) -> list[tuple[in
     return out
 
 
-def call_frames(owner: CheckpointLog, changes: list[_InstanceChange]) -> list[_InstanceSaves]:
-    """A ``save_instances`` call's changes as its frames, cut at C speed where adding a change
-    would pass ``BATCH_CHANGES_MAX`` changes or ``batch_bytes_max`` bytes (a change bigger
-    than that alone is a frame of its own)."""
-    cuts = _cuts(owner, changes)
-    if len(cuts) == 1:
-        return [_InstanceSaves.of_call(owner, changes, cuts[0][2])]  # the whole call: no copy
-    return [_InstanceSaves.of_call(owner, changes[a:b], size) for a, b, size in cuts]
+def call_frames(
+    owner: CheckpointLog,
+    key: _FanOutKey,
+    indices: list[int],
+    progs: list[Any],
+    at: float,
+    raws: list[bytes],
+) -> list[_InstanceSaves]:
+    """A ``save_instances`` call's changes (of fan-out ``key``, at time ``at``) as its frames,
+    cut at C speed where adding a change would pass ``BATCH_CHANGES_MAX`` changes or
+    ``batch_bytes_max`` bytes (a change bigger than that alone is a frame of its own)."""
+    n = len(indices)
+    cols: _Columns = ([key] * n, indices, progs, [at] * n, raws)
+    cuts = _cuts(owner, raws)
+    if len(cuts) == 1:  # the whole call: no copy
+        return [_InstanceSaves.of_columns(owner, cols, cuts[0][2], strict=True)]
+    return [
+        _InstanceSaves.of_columns(owner, _slice(cols, a, b), size, strict=True)
+        for a, b, size in cuts
+    ]
 
 
 def check_in_head(log: EventLog, invocation_id: str, key: _FanOutKey, indices: list[int]) -> None:

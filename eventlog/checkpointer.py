@@ -129,7 +129,7 @@ class Checkpointer:
             return
         for frame in frames:
             log.append(invocation_id, frame, durable=False)
-        if cl._count_pending(sum(len(f.changes) for f in frames)):
+        if cl._count_pending(sum(f.count for f in frames)):
             await log.flush_async()
 
     async def load(self, invocation_id: str) -> CheckpointRecord | None:

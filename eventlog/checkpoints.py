@@ -31,7 +31,6 @@ import asyncio
 import collections
 import functools
 import importlib
-import itertools
 import os
 import threading
 import time
@@ -56,10 +55,12 @@ from eventlog.checkpoint_frames import (
     SNAPSHOT_INSTANCES_MAX,
     TOO_BIG,
     U64_LEN,
+    _Columns,
     _Delete,
     _FanOutKey,
     _InstanceChange,
     _InstanceSaves,
+    _no_columns,
     _Save,
     _TooBig,
     call_frames,
@@ -184,7 +185,8 @@ class CheckpointLog(HeadCache):
         # count toward flush_every); the log takes them into its buffers as batch frames,
         # in call order, before it reads its buffers (GroupCommit.stager). Off under a
         # flush_interval (whose timer watches the buffers) and once the log closes or fails.
-        self._staged: list[_InstanceChange] = []
+        self._cols: _Columns = _no_columns()  # the staged calls by column (keys, indices, ...)
+        self._staged = self._cols[1]  # their indices: empty when nothing is staged
         self._runs: list[tuple[str, int]] = []  # (stream, first staged change) of each run
         self._staged_stream: object = None  # the stream of the last run
         self._staging = self._flush_every > 0 and log.flush_interval is None
@@ -302,22 +304,28 @@ class CheckpointLog(HeadCache):
             except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
                 raw = None
             if raw is not None:
-                change = _InstanceChange(cached[3], index, progress, time.time(), raw)
+                now = time.time()
                 (lock := self._pending_lock).acquire()
-                try:  # _stage, inline
-                    if self._staging:
+                try:  # _stage, inline (by column: no object per call)
+                    if staged := self._staging:
+                        keys, indices, progs, times, raws = self._cols
                         if invocation_id is not self._staged_stream:
-                            self._runs.append((invocation_id, len(self._staged)))
+                            self._runs.append((invocation_id, len(indices)))
                             self._staged_stream = invocation_id
-                        self._staged.append(change)
+                        keys.append(cached[3])
+                        indices.append(index)
+                        progs.append(progress)
+                        times.append(now)
+                        raws.append(raw)
                         self._pending += 1
                         if self._pending < self._flush_every:
                             return
                         self._pending = 0
-                        change = None
                 finally:
                     lock.release()
-                if change is None or self._stage(invocation_id, change):
+                if staged or self._stage(
+                    invocation_id, _InstanceChange(cached[3], index, progress, now, raw)
+                ):
                     self.log.flush()
                 return
         change = self._instance_change(
@@ -336,7 +344,7 @@ class CheckpointLog(HeadCache):
                 if invocation_id is not self._staged_stream:
                     self._runs.append((invocation_id, len(self._staged)))
                     self._staged_stream = invocation_id
-                self._staged.append(change)
+                change.stage_into(self._cols)
                 self._pending += 1
                 if self._pending < self._flush_every:
                     return False
@@ -353,12 +361,13 @@ class CheckpointLog(HeadCache):
         if not final and not self._staged:
             return []
         with self._pending_lock:
-            staged, runs = self._staged, self._runs
+            staged, runs = self._cols, self._runs
             if final:
                 self._staging = False
-            if not staged:
+            if not self._staged:
                 return []
-            self._staged, self._runs, self._staged_stream = [], [], None
+            self._cols, self._runs, self._staged_stream = _no_columns(), [], None
+            self._staged = self._cols[1]
         return staged_frames(self, staged, runs, last)
 
     def _instance_change(
@@ -460,7 +469,7 @@ class CheckpointLog(HeadCache):
             return
         for frame in frames:
             log.append(invocation_id, frame, durable=False)
-        if self._count_pending(sum(len(f.changes) for f in frames)):
+        if self._count_pending(sum(f.count for f in frames)):
             log.flush()
 
     def _instance_batches(
@@ -486,10 +495,7 @@ class CheckpointLog(HeadCache):
             return []
         check_in_head(self.log, invocation_id, key, indices)
         at = time.time() if saved_at is None else float(saved_at)
-        changes = list(
-            map(_InstanceChange, itertools.repeat(key), indices, progs, itertools.repeat(at), raws)
-        )
-        return call_frames(self, changes)
+        return call_frames(self, key, indices, progs, at, raws)
 
     def save_fan_out_in_flight_failure(self, invocation_id: str, record: Any) -> None:
         """Buffered without counting toward ``flush_every`` under batching, else durable."""
