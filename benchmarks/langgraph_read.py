@@ -466,31 +466,33 @@ def markdown(lmdb: dict[str, Any] | None, pg: dict[str, Any] | None) -> str:
 
 
 LG_READ_NOTES = """\
-What the figures show (LMDB run on the merged code of this session's third #27 pass, load 3.6
-rising to 5.8 during the run: a CI replay shared the 2 cores). Every read is built on one read
-row per checkpoint (`lg_reads`, which since this pass also replaces the `lg_checkpoints` row: one
-row and one table fewer per put) and, for `get_tuple` latest, the `lg_latest` rows; no read walks
-the thread. Ratios: every cell is at or above 1.0x except the small state's full `list` per item
-at 1,000 steps (0.85x; 1.34x, 1.48x and 1.62x at the other lengths). The 64 KiB state read by id
-is 1.77 / 1.58 / 1.07 / 1.02x (the last session: 2.10 / 1.74 / 1.22 / 0.97x): a patch whose
-keyframe the thread met once is applied by a decoder built for that keyframe as a raw content
-dictionary and dropped (callgrind: a cold 64 KiB read by id 734k -> 597k instructions); its
-`list(limit=20)` is 1.68-1.91x to 10,000 steps and 1.10x at 100,000 (was 0.84x / 0.88x): the row
-structs a read decodes are not tracked by the cyclic GC (`gc=False`), a tuple is built
-positionally, a chunk's empty writes skip their scan, and a list scan no longer counts the kept
-bytes it meets as used (callgrind per full-list item: small 98k -> 76k instructions, 64 KiB 258k
--> 230k). Missed: the flatness column of the 64 KiB rows (1.78-3.48). It compares ckptlog's
-latency at 100,000 steps with its latency at 100, measured minutes apart while the load
-doubled: SqliteSaver's own latency moved the same way in the same rounds (its `get_tuple`
-latest, flat by construction, went from 52 to 85 µs; ours from 45 to 80 µs), so this run cannot
-show flatness either way. What remains between an uncached 64 KiB read by id (a thread too
-long for its keyframes to be kept) and a cached one is the keyframe copy and the decoder
-set-up. What would close it:
-keyframes stored already framed for the decoder, or a copy/insert patch applied by slicing a
-memoryview of the keyframe row. On PostgreSQL (`--pg`, the last session's run on the shared
-server, load 4.2-5.3) every cell is met (1.10-228x): a read by id is three statements (stream id,
-read row, writes), a `list` chunk three, `get_tuple` latest one, while PostgresSaver's reads grow
-with the thread. The async rows are ahead because the async SQLite and PostgreSQL savers pay
+What the figures show (both runs 2026-11-28 16:37-16:50 UTC on the code of #27's fifth pass, a
+quiet machine: LMDB at load 0.4-0.8, PostgreSQL at 0.7-1.1, nothing else running). This pass:
+a patch is applied to its keyframe's row in place (libzstd's `ZSTD_decompress_usingDict`
+through zstandard's cffi binding, one decompression context per thread), so nothing is built
+or kept per keyframe; on PostgreSQL a read by id is one statement (stream id, read row and
+write rows joined, `Backend.get_named_now`) and keyframe rows are kept (a round trip there).
+LMDB ratios: every cell is met but the 64 KiB read by id at 10,000 and 100,000 steps, at
+parity: **0.99x** (75 / 74 µs) and **0.98x** (58 / 57 µs); the last pass had 1.06x and 0.71x
+(120 / 85 µs) there. What that read does: the stream id, the read row and the write rows (three
+lookups), the keyframe's row copied out of the map (64 KiB), the patch decoded into a buffer
+and copied out (64 KiB), the value deserialized; instrumented, ~16 µs each for the row copy and
+the decode, ~12 for the read row, the rest the Python around them. What would pass it: the
+keyframe applied from a view of the map inside the read transaction (no copy out) and decoded
+into the result's own bytes (no second copy). LMDB flatness (ckptlog at 100,000 steps over
+100): met but for the 64 KiB read by id (**1.35**) and full `list` per item (**1.63**). At 100
+steps the saver still holds every value it wrote (32 MiB of them), so those two rows compare a
+value kept with one read and patched (at 100 steps 43 µs a read by id, 23 µs a list item; a
+reader that kept nothing pays at 100 steps what it pays at 100,000). The run before this one,
+on the same code without `gc.freeze` (load 1.7-2.0), missed 8 flatness cells, SqliteSaver's own
+latencies growing alike (small read by id 24 -> 48 µs for SqliteSaver, 18 -> 34 for ckptlog):
+the cyclic GC walking the benchmark's own 100,000-step thread. PostgreSQL (`--pg`, threads to
+10,000 steps): every ratio is met (2.61-207x; a small read by id at 100 steps 2.68x, was
+0.93x in this session's first run, before the one-statement read); flatness is missed for the
+small `list(limit=20)` (**1.23**) and the 64 KiB `get_tuple` latest (**1.26**), read by id
+(**1.32**) and full `list` per item (**1.62**): at 100 steps the 64 KiB values were kept by the
+writer, at 10,000 each read fetches a 64 KiB TOAST value (130-170 µs against 55 µs for an
+empty statement). The async rows are ahead because the async SQLite and PostgreSQL savers pay
 their driver's own event loop hop. `docs/design.md` ("LangGraph reads")."""
 
 
