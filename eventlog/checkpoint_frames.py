@@ -25,7 +25,6 @@ from eventlog.frames import (
     CheckpointFrame,
     FanOutHeader,
     Save,
-    Snapshot,
     Tombstone,
 )
 from eventlog.layout import U64
@@ -61,6 +60,7 @@ from projections.records import (
     Incoming,
     Slot,
     delta,
+    snapshot,
 )
 
 if TYPE_CHECKING:
@@ -161,21 +161,12 @@ class _HeadFrame(DeferredFrame):
         if not as_snapshot:
             return frame
         calls = self._calls(frame)
-        return Snapshot(  # projections.records.snapshot, its instances from cached bytes
-            kind=head.kind,
-            saved_at=head.last_saved_at,
-            invocation_id=head.invocation_id,
-            correlation_id=head.correlation_id,
-            schema_version=head.schema_version,
-            state=head.state,
-            parent_states=head.parent_states,
-            positions=tuple(head.positions),
-            layout=tuple(s.header for s in head.slots),
-            instances=msgspec.Raw(started_array(head.slots)),  # type: ignore[arg-type]
-            next_fid=head.next_fid,
+        return snapshot(  # its instances from the bytes cached beside the head's slots
+            head,
+            msgspec.Raw(started_array(head.slots)),
             # save_instance calls: keep them, which the record hides
-            batch=() if calls is None else calls[0],
-            instance_saved_at=() if calls is None else calls[1],
+            () if calls is None else calls[0],
+            () if calls is None else calls[1],
         )
 
     def _calls(self, frame: Save) -> tuple[tuple[Any, ...], tuple[float, ...]] | None:

@@ -308,8 +308,15 @@ def to_record(head: Head) -> CheckpointRecord:
     )
 
 
-def snapshot(head: Head) -> Snapshot:
-    """The full-record frame equal to ``head``."""
+def snapshot(
+    head: Head,
+    instances: Any = None,
+    batch: tuple[InstanceChange, ...] = (),
+    instance_saved_at: tuple[float, ...] = (),
+) -> Snapshot:
+    """The full-record frame equal to ``head``; ``instances``: its started instances already
+    encoded (a ``msgspec.Raw`` of :func:`started_changes`), ``batch`` / ``instance_saved_at``:
+    the ``save_instance`` calls the frame commits (kept for forensics; the fold ignores them)."""
     return Snapshot(
         kind=head.kind,
         saved_at=head.last_saved_at,
@@ -320,8 +327,10 @@ def snapshot(head: Head) -> Snapshot:
         parent_states=head.parent_states,
         positions=tuple(head.positions),
         layout=tuple(s.header for s in head.slots),
-        instances=started_changes(head.slots),
+        instances=started_changes(head.slots) if instances is None else instances,
         next_fid=head.next_fid,
+        batch=batch,
+        instance_saved_at=instance_saved_at,
     )
 
 

@@ -84,3 +84,25 @@ def pg_schemas() -> Iterator[Any]:
     schemas = PgSchemas()
     yield schemas
     schemas.drop_all()
+
+
+@pytest.fixture
+def pg_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statements PostgreSQL readers send from now on, in order (``"BEGIN"`` for each read
+    transaction begun); clear it to count one call's."""
+    from backends import postgres  # noqa: PLC0415 - psycopg only for the tests that use it
+
+    statements: list[str] = []
+    real_q, real_enter = postgres._PgRead._q, postgres._ReadScope.__enter__
+
+    def q(self: Any, query: str, params: Any = ()) -> Any:
+        statements.append(query)
+        return real_q(self, query, params)
+
+    def enter(self: Any) -> Any:
+        statements.append("BEGIN")
+        return real_enter(self)
+
+    monkeypatch.setattr(postgres._PgRead, "_q", q)
+    monkeypatch.setattr(postgres._ReadScope, "__enter__", enter)
+    return statements

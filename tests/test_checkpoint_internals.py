@@ -118,7 +118,6 @@ class Internals:
         report = cl.verify()
         assert report.ok, str(report)
 
-
     def test_a_single_instance_save_written_as_a_snapshot_keeps_its_change(
         self, opener: Opener
     ) -> None:

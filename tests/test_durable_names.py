@@ -107,4 +107,3 @@ def test_sync_directory_says_which_directory_it_could_not_open(tmp_path: Path) -
     with pytest.raises(StorageError, match=r"opening the directory .*missing.* durable") as e:
         sync_directory(tmp_path / "missing")
     assert e.value.errno == errno.ENOENT
-

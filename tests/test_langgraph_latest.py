@@ -22,7 +22,6 @@ from langgraph.checkpoint.base.id import uuid6
 
 import eventlog.integrations.langgraph_blobs as blobs
 import eventlog.integrations.langgraph_store as store
-from backends import postgres
 from eventlog import views
 from eventlog.integrations.langgraph import CkptlogSaver
 
@@ -162,27 +161,19 @@ def test_get_tuple_latest_decodes_no_frame_on_lmdb(
 
 @pytest.mark.parametrize("kind", sorted(STATES))
 def test_get_tuple_latest_decodes_no_frame_on_postgres(
-    pg_schemas: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+    pg_schemas: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pg_statements: list[str],
+    kind: str,
 ) -> None:
     with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as s:
         check_no_frame(s, monkeypatch, kind)
         assert s.verify().ok
-        statements: list[str] = []
-        real_q, real_enter = postgres._PgRead._q, postgres._ReadScope.__enter__
-
-        def q(self: Any, query: str, params: Any = ()) -> Any:
-            statements.append(query)
-            return real_q(self, query, params)
-
-        def enter(self: Any) -> Any:
-            statements.append("BEGIN")
-            return real_enter(self)
-
-        monkeypatch.setattr(postgres._PgRead, "_q", q)
-        monkeypatch.setattr(postgres._ReadScope, "__enter__", enter)
+        pg_statements.clear()
         tup = CkptlogSaver(s.log).get_tuple(conf(kind))
         assert tup is not None
-        assert len(statements) == 1, f"get_tuple latest: one round trip, not {statements}"
+        assert len(pg_statements) == 1, f"get_tuple latest: one round trip, not {pg_statements}"
 
 
 @pytest.mark.parametrize("kind", sorted(STATES))

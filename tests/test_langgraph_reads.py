@@ -26,7 +26,6 @@ from langgraph.checkpoint.base.id import uuid6
 
 import eventlog.integrations.langgraph_blobs as blobs
 import eventlog.integrations.langgraph_store as store
-from backends import postgres
 from eventlog import views
 from eventlog.errors import CorruptFrame
 from eventlog.frames import BLOB_APPEND, BLOB_FULL, LgBlob, LgCheckpoint
@@ -527,7 +526,7 @@ def test_a_keyframe_row_read_over_a_round_trip_is_kept_on_postgres(
 
 
 def test_a_read_by_id_on_postgres_is_one_statement_when_nothing_needs_a_frame(
-    pg_schemas: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pg_schemas: Any, tmp_path: Path, pg_statements: list[str]
 ) -> None:
     """``get_tuple(checkpoint_id)`` on PostgreSQL reads the stream id, the read row and the
     write rows in one statement (``read_named``), with no transaction around it; a read
@@ -536,37 +535,27 @@ def test_a_read_by_id_on_postgres_is_one_statement_when_nothing_needs_a_frame(
     with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as writer:
         ids, states = put_states(writer, "p", store.PATCH_KEYFRAME_EVERY + 20, large_state())
         wids, last = build(writer, "w", 3, small_state())
-        statements: list[str] = []
-        real_q, real_enter = postgres._PgRead._q, postgres._ReadScope.__enter__
-
-        def q(self: Any, query: str, params: Any = ()) -> Any:
-            statements.append("named" if query.startswith("WITH p AS") else query)
-            return real_q(self, query, params)
-
-        def enter(self: Any) -> Any:
-            statements.append("BEGIN")
-            return real_enter(self)
-
-        monkeypatch.setattr(postgres._PgRead, "_q", q)
-        monkeypatch.setattr(postgres._ReadScope, "__enter__", enter)
         saver = CkptlogSaver(writer.log)  # kept nothing of the writes (cold)
         second = store.PATCH_KEYFRAME_EVERY + 1  # the second keyframe (it has an f row)
+        statements = pg_statements
         for step, n in ((second + 2, 3), (second + 5, 1), (second + 9, 1)):
             statements.clear()
             tup = saver.get_tuple(conf("p", ids[step]))
             assert tup is not None
             assert tup.checkpoint["channel_values"] == states[step]
             assert len(statements) == n, (step, statements)  # named, then BEGIN + its f row
-            assert statements[0] == "named"
+            assert statements[0].startswith("WITH p AS")  # the stream, read and write rows
         statements.clear()
         tup = saver.get_tuple(conf("w", wids[-1]))  # writes: their frames in a transaction
         assert tup is not None
         assert tup.checkpoint["channel_values"] == last
         assert [w[2] for w in tup.pending_writes] == [3]
-        assert statements[:2] == ["named", "BEGIN"]
+        assert statements[0].startswith("WITH p AS")
+        assert statements[1] == "BEGIN"
         statements.clear()
         assert saver.get_tuple(conf("nobody", ids[0])) is None
-        assert statements == ["named"]
+        assert len(statements) == 1
+        assert statements[0].startswith("WITH p AS")
         assert saver.get_tuple(conf("p", wids[0])) is None  # another thread's id
         assert saver.verify().ok
 

@@ -640,9 +640,7 @@ def test_rows_written_ahead_of_the_lock_cannot_deadlock_the_log(
         time.sleep(0.5)
         outcome = "committed"
         try:  # the lock's holder writes that row too: a cycle
-            other.execute(
-                sql.SQL("UPDATE {} SET v = v").format(sql.Identifier(schema, FANOUT))
-            )
+            other.execute(sql.SQL("UPDATE {} SET v = v").format(sql.Identifier(schema, FANOUT)))
             other.execute("COMMIT")
         except psycopg.errors.DeadlockDetected:
             outcome = "broken here"
