@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -29,9 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import lmdb
-
-from benchmarks.common import environment, print_table, write_json
+from benchmarks.common import (
+    environment,
+    print_table,
+    raw_lmdb_commits,
+    sqlite_commits,
+    write_json,
+)
 from eventlog import CheckpointRecord, NodePosition
 from eventlog.checkpoints import CheckpointLog
 
@@ -48,29 +51,17 @@ def _rec(i: int) -> CheckpointRecord:
 def stores(d: Path) -> tuple[dict[str, Callable[[int], None]], Callable[[], None]]:
     """One commit of each store, by index (none of them flushes), and what closes them."""
     log = CheckpointLog.open(d / "log", durability="process")
-    env = lmdb.open(str(d / "raw"), sync=False, map_size=1 << 30)
-    db = sqlite3.connect(d / "sq.db", isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=OFF")
-    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
     value = b"x" * 200
+    raw, raw_close = raw_lmdb_commits(d / "raw", value, sync=False)
+    sql, sql_close = sqlite_commits(d / "sq.db", value, synchronous="OFF", replace=True)
 
     def ours(i: int) -> None:
         log.save("inv", _rec(i))
 
-    def raw(i: int) -> None:
-        with env.begin(write=True) as txn:
-            txn.put(b"k%08d" % i, value)
-
-    def sql(i: int) -> None:
-        db.execute("BEGIN")
-        db.execute("INSERT OR REPLACE INTO t VALUES (?, ?)", (i, value))
-        db.execute("COMMIT")
-
     def close() -> None:
         log.close()
-        env.close()
-        db.close()
+        raw_close()
+        sql_close()
 
     return {"ckptlog save": ours, "raw lmdb put": raw, "sqlite insert": sql}, close
 

@@ -12,9 +12,10 @@ import datetime as dt
 import json
 import os
 import platform
+import sqlite3
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,42 @@ def replace_doc_section(doc: Path, title: str, text: str) -> None:
     else:
         new = old.rstrip() + "\n\n" + text
     doc.write_text(new, encoding="utf-8")
+
+
+Commit = Callable[[int], None]
+
+
+def raw_lmdb_commits(
+    path: Path, value: bytes, *, sync: bool, map_size: int = 1 << 30
+) -> tuple[Commit, Callable[[], None]]:
+    """The raw py-lmdb peer: commit ``i`` puts ``value`` under a key of its own in a write
+    transaction of its own (made durable on return with ``sync``); and what closes it."""
+    import lmdb  # noqa: PLC0415 - only the scripts that compare against it
+
+    env = lmdb.open(str(path), sync=sync, map_size=map_size)
+
+    def commit(i: int) -> None:
+        with env.begin(write=True) as txn:
+            txn.put(b"k%08d" % i, value)
+
+    return commit, env.close
+
+
+def sqlite_commits(
+    path: Path, value: bytes, *, synchronous: str, replace: bool = False
+) -> tuple[Commit, Callable[[], None]]:
+    """The SQLite WAL peer (SqliteSaver's pattern): commit ``i`` is one INSERT (``replace``:
+    INSERT OR REPLACE, for keys committed again) in its own BEGIN/COMMIT, with
+    ``PRAGMA synchronous`` = ``synchronous``; and what closes it."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
+    insert = f"INSERT {'OR REPLACE ' if replace else ''}INTO t VALUES (?, ?)"
+
+    def commit(i: int) -> None:
+        db.execute("BEGIN")
+        db.execute(insert, (i, value))
+        db.execute("COMMIT")
+
+    return commit, db.close

@@ -32,10 +32,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict
 
-import lmdb
-
 from benchmarks import durable_report
-from benchmarks.common import environment, fmt_float, median, print_table, write_json
+from benchmarks.common import (
+    environment,
+    fmt_float,
+    median,
+    print_table,
+    raw_lmdb_commits,
+    sqlite_commits,
+    write_json,
+)
 from eventlog import CheckpointRecord, NodePosition
 from eventlog.checkpoints import Checkpointer, CheckpointLog
 
@@ -63,21 +69,9 @@ def alternate_saves(d: Path, n: int, size: int) -> dict[str, float]:
     flush latency drifts by 10x here, and has a long tail)."""
     ours = CheckpointLog.open(d / "log")
     ours_p = CheckpointLog.open(d / "log-process", durability="process")
-    env = lmdb.open(str(d / "raw"), sync=True, map_size=1 << 30)
-    db = sqlite3.connect(d / "sq.db", isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
     value = b"x" * size
-
-    def raw(i: int) -> None:
-        with env.begin(write=True) as txn:
-            txn.put(b"k%08d" % i, value)
-
-    def sql(i: int) -> None:
-        db.execute("BEGIN")
-        db.execute("INSERT INTO t VALUES (?, ?)", (i, value))
-        db.execute("COMMIT")
+    raw, raw_close = raw_lmdb_commits(d / "raw", value, sync=True)
+    sql, sql_close = sqlite_commits(d / "sq.db", value, synchronous="FULL")
 
     ops: dict[str, Callable[[int], None]] = {
         f"ckptlog save fsync {size} B": lambda i: ours.save("inv", _rec(i, size)),
@@ -101,8 +95,8 @@ def alternate_saves(d: Path, n: int, size: int) -> dict[str, float]:
     finally:
         ours.close()
         ours_p.close()
-        env.close()
-        db.close()
+        raw_close()
+        sql_close()
     out = {k: sum(v) / len(v) for k, v in times.items()}
     for k in (f"ckptlog save fsync {size} B", f"sqlite WAL FULL commit {size} B"):
         out[f"{k} (bytes written)"] = wrote[k] / n

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -28,8 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import lmdb
-
+from benchmarks.common import raw_lmdb_commits, sqlite_commits
 from benchmarks.durable_commit import _lg_checkpoint, _rec, _written
 
 RESULTS = Path(__file__).parent / "results" / "durable_ir.json"
@@ -54,28 +52,11 @@ def _ops(d: Path, name: str) -> tuple[Callable[[int], None], Callable[[], None]]
             state["c"] = saver.put(state.get("c", config), cp, md, versions)
 
         return put, saver.close
+    value = b"x" * 200
     if name == "rawlmdb":
-        env = lmdb.open(str(d / "raw"), sync=True, map_size=1 << 28)
-        value = b"x" * 200
-
-        def raw(i: int) -> None:
-            with env.begin(write=True) as txn:
-                txn.put(b"k%08d" % i, value)
-
-        return raw, env.close
+        return raw_lmdb_commits(d / "raw", value, sync=True, map_size=1 << 28)
     assert name == "sqlite"
-    db = sqlite3.connect(d / "sq.db", isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
-    blob = b"x" * 200
-
-    def sql(i: int) -> None:
-        db.execute("BEGIN")
-        db.execute("INSERT INTO t VALUES (?, ?)", (i, blob))
-        db.execute("COMMIT")
-
-    return sql, db.close
+    return sqlite_commits(d / "sq.db", value, synchronous="FULL")
 
 
 ROWS = ("save200", "save4096", "lgput", "rawlmdb", "sqlite", "save200p")
