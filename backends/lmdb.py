@@ -1291,16 +1291,6 @@ class LmdbBackend(Backend):
                     env.after_fork(self._tables)
         return env
 
-    def get_many_now(self, table: str, keys: list[bytes]) -> list[bytes | None]:
-        with _ReadScope(self) as txn:
-            return txn.get_many(table, keys)
-
-    def get_many_linked_now(
-        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
-    ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
-        with _ReadScope(self) as txn:
-            return txn.get_many_linked(table, keys, link, prefix, width)
-
     def read(self) -> _ReadScope:
         return _ReadScope(self)
 
