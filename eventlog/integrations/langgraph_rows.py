@@ -6,7 +6,7 @@ invariants are described there).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -240,10 +240,10 @@ def encode_keyframe(blob: LgBlob) -> bytes:
     return _s16(blob.type) + blob.data
 
 
-def decode_keyframe(raw: bytes) -> tuple[str, bytes]:
-    """``(serde type, bytes)`` of a keyframe row."""
+def decode_keyframe(raw: bytes) -> tuple[str, memoryview]:
+    """``(serde type, bytes)`` of a keyframe row, the bytes a view of ``raw`` (no copy)."""
     n = U16.unpack_from(raw)[0]
-    return raw[2 : 2 + n].decode("utf-8", "surrogatepass"), raw[2 + n :]
+    return raw[2 : 2 + n].decode("utf-8", "surrogatepass"), memoryview(raw)[2 + n :]
 
 
 def read_keyframe(txn: ReadTxn, sid: int, seq: int, channel: str) -> tuple[str, memoryview] | None:
@@ -253,11 +253,7 @@ def read_keyframe(txn: ReadTxn, sid: int, seq: int, channel: str) -> tuple[str, 
         raw = txn.get(LATEST, keyframe_key(sid, seq, channel))
     except CheckpointError:  # a log opened read-only that never had the table
         return None
-    if raw is None:
-        return None
-    raw = bytes(raw)
-    n = U16.unpack_from(raw)[0]
-    return raw[2 : 2 + n].decode("utf-8", "surrogatepass"), memoryview(raw)[2 + n :]
+    return None if raw is None else decode_keyframe(bytes(raw))
 
 
 def patched_keyframes(txn: ReadTxn, sid: int, frame: LgCheckpoint) -> list[LgBlob]:
@@ -520,8 +516,13 @@ def checkpoint_rows(
 
 def write_rows(txn: ReadTxn, sid: int, checkpoint_id: str) -> list[tuple[str, int, WriteRow]]:
     """``(task id, idx, row)`` of every write stored against a checkpoint."""
+    return decode_write_rows(txn.scan_prefix(WRITES, writes_prefix(sid, checkpoint_id)))
+
+
+def decode_write_rows(rows: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, int, WriteRow]]:
+    """``(task id, idx, row)`` of ``lg_writes`` rows ``(key, value)``."""
     out = []
-    for key, raw in txn.scan_prefix(WRITES, writes_prefix(sid, checkpoint_id)):
+    for key, raw in rows:
         _, task, idx = split_write_key(key)
         out.append((task, idx, _dec_write.decode(raw)))
     return out
@@ -543,11 +544,8 @@ def read_named(
     )
     if p is None:
         return None
-    writes = []
-    for key, v in rows:
-        _, task, idx = split_write_key(key)
-        writes.append((task, idx, _dec_write.decode(v)))
-    return U64.unpack(p)[0], None if raw is None else _dec_read.decode(raw), writes
+    rr = None if raw is None else _dec_read.decode(raw)
+    return U64.unpack(p)[0], rr, decode_write_rows(rows)
 
 
 def blob_seq(txn: ReadTxn, sid: int, channel: str, version: str | int | float) -> int | None:

@@ -223,7 +223,8 @@ def _verify_keyframes(log: EventLog, txn: ReadTxn, sid: int, name: str) -> list[
         except CheckpointError:
             bad += 1
             continue
-        if blob.kind != BLOB_FULL or decode_keyframe(bytes(raw)) != (blob.type, blob.data):
+        typ, data = decode_keyframe(bytes(raw))
+        if blob.kind != BLOB_FULL or typ != blob.type or data != blob.data:
             bad += 1
     if bad:
         return [
