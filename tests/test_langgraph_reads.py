@@ -81,6 +81,18 @@ def large_state() -> Callable[[int], dict[str, Any]]:
 STATES = {"small": small_state, "large": large_state}
 
 
+def next_versions(
+    saver: LmdbSaver, versions: dict[str, Any], values: dict[str, Any]
+) -> dict[str, Any]:
+    """Each channel of ``values`` at its next version (``versions`` updated): a put's
+    ``new_versions``."""
+    new = {}
+    for ch in values:
+        versions[ch] = saver.get_next_version(versions.get(ch), None)
+        new[ch] = versions[ch]
+    return new
+
+
 def build(
     saver: LmdbSaver, thread: str, steps: int, state: Callable[[int], dict[str, Any]]
 ) -> tuple[list[str], dict[str, Any]]:
@@ -91,10 +103,7 @@ def build(
     values: dict[str, Any] = {}
     for i in range(steps):
         values = state(i)
-        new = {}
-        for ch in values:
-            versions[ch] = saver.get_next_version(versions.get(ch), None)
-            new[ch] = versions[ch]
+        new = next_versions(saver, versions, values)
         meta = {"source": "loop", "step": i, "parents": {}}
         cfg = saver.put(cfg, ckpt(values, dict(versions), i), meta, new)  # type: ignore[arg-type]
         saver.put_writes(cfg, [("n", i + 1)], f"task-{i}")
@@ -112,10 +121,7 @@ def put_states(
     ids, states = [], []
     for i in range(steps):
         values = state(i)
-        new = {}
-        for ch in values:
-            versions[ch] = saver.get_next_version(versions.get(ch), None)
-            new[ch] = versions[ch]
+        new = next_versions(saver, versions, values)
         cfg = saver.put(cfg, ckpt(values, dict(versions), i), {"step": i}, new)  # type: ignore[arg-type]
         ids.append(cfg["configurable"]["checkpoint_id"])
         states.append(values)
