@@ -23,6 +23,7 @@ import msgspec
 import pytest
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 import eventlog.integrations.langgraph_blobs as blobs
 import eventlog.integrations.langgraph_store as store
@@ -403,6 +404,43 @@ def test_a_patch_applies_to_its_base_in_place_alike_from_bytes_and_views(n: int)
         blobs.Patches(1 << 30).apply(key, base, patch[:-3])  # truncated
     with pytest.raises(CorruptFrame):
         blobs.Patches(1 << 30).apply(key, base, b"not a zstd frame")
+
+
+def test_patched_values_read_by_id_stay_whole_after_later_reads(tmp_path: Path) -> None:
+    """A patched msgpack value is decoded from the patch's scratch buffer (LangGraph's serde
+    copies what it builds); a patched ``bytes`` value (the serde returns the bytes it is
+    given) and every value under a serde of another class get their own copy. So what one
+    read by id returned is unchanged by the reads after it, which reuse that buffer."""
+
+    class OwnSerde(JsonPlusSerializer):  # another class: no scratch decoding
+        def loads_typed(self, data: tuple[str, bytes]) -> Any:
+            return super().loads_typed(data)
+
+    rng = random.Random(9)
+    doc = "".join(rng.choice("abcdefgh \n") for _ in range(DOC_BYTES))
+    raw = bytes(rng.randrange(256) for _ in range(DOC_BYTES))
+    for serde in (None, OwnSerde()):
+        with LmdbSaver.open(tmp_path / f"lg-{serde is None}", durability="process") as saver:
+            if serde is not None:
+                saver.serde = serde
+            cfg, versions, ids, states = conf("t"), {"doc": 0, "raw": 0}, [], []
+            for i in range(40):
+                at = rng.randrange(DOC_BYTES - 40)
+                doc = doc[:at] + f"edit {i:08d} " + doc[at + 14 :]
+                raw = raw[:at] + i.to_bytes(4, "big") + raw[at + 4 :]
+                versions = {ch: v + 1 for ch, v in versions.items()}
+                values = {"doc": doc, "raw": raw}
+                cfg = saver.put(cfg, ckpt(values, dict(versions), i), {"step": i}, versions)  # type: ignore[arg-type]
+                ids.append(cfg["configurable"]["checkpoint_id"])
+                states.append(values)
+            reader = LmdbSaver(saver.log)  # nothing kept: every value is patched on read
+            if serde is not None:
+                reader.serde = serde
+            got = [reader.get_tuple(conf("t", ids[i])) for i in range(5, 40, 3)]
+            for i, tup in zip(range(5, 40, 3), got, strict=True):
+                assert tup is not None
+                assert tup.checkpoint["channel_values"] == states[i]
+                assert type(tup.checkpoint["channel_values"]["raw"]) is bytes
 
 
 def test_checkpoints_stored_before_read_rows_replaced_their_rows_read_alike(

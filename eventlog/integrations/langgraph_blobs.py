@@ -93,11 +93,15 @@ def _decoder() -> tuple[Any, Any, int]:
     return got
 
 
-def apply_patch(base: bytes | memoryview, patch: bytes, max_bytes: int) -> bytes:
+def apply_patch(
+    base: bytes | memoryview, patch: bytes, max_bytes: int, *, scratch: bool = False
+) -> bytes | memoryview:
     """``patch`` (a zstd frame made by :func:`make_patch`) applied to ``base``, its keyframe's
     bytes, read as a raw-content dictionary in place (libzstd's ``ZSTD_decompress_usingDict``
     through zstandard's cffi binding: no dictionary object built, no copy of ``base``, one
-    decompression context per thread). Raises ``ValueError`` when it does not apply."""
+    decompression context per thread). ``scratch``: the result is a view of this thread's
+    decompression buffer (no copy), valid until the thread's next call only. Raises
+    ``ValueError`` when it does not apply."""
     ffi, lib = _ffi, _lib
     src = ffi.from_buffer(patch)
     size = lib.ZSTD_getFrameContentSize(src, len(patch))
@@ -114,6 +118,8 @@ def apply_patch(base: bytes | memoryview, patch: bytes, max_bytes: int) -> bytes
     if lib.ZSTD_isError(n) or n != size:
         why = ffi.string(lib.ZSTD_getErrorName(n)).decode() if lib.ZSTD_isError(n) else "short"
         raise ValueError(why)
+    if scratch:
+        return memoryview(ffi.buffer(out, n))
     return ffi.unpack(out, n)  # type: ignore[no-any-return]
 
 
@@ -162,10 +168,18 @@ class Patches:
             while self._full_bytes > RESOLVED_BYTES_MAX:
                 self._full_bytes -= len(self._full.popitem(last=False)[1][1])
 
-    def apply(self, key: tuple[int, int, str], base: bytes | memoryview, patch: bytes) -> bytes:
-        """``patch`` applied to ``base`` (the bytes of the keyframe at ``key``)."""
+    def apply(
+        self,
+        key: tuple[int, int, str],
+        base: bytes | memoryview,
+        patch: bytes,
+        *,
+        scratch: bool = False,
+    ) -> bytes | memoryview:
+        """``patch`` applied to ``base`` (the bytes of the keyframe at ``key``); ``scratch``:
+        as a view valid until this thread's next patch (:func:`apply_patch`)."""
         try:
-            return apply_patch(base, patch, self.max_bytes)
+            return apply_patch(base, patch, self.max_bytes, scratch=scratch)
         except ValueError as e:
             raise CorruptFrame(
                 f"a LangGraph blob patch does not apply to its base (seq {key[1]} of stream id "
@@ -175,11 +189,20 @@ class Patches:
 
 
 def materialize(
-    sid: int, chain: Chain, loads: Loads, patches: Patches, *, keep_head: bool = False
+    sid: int,
+    chain: Chain,
+    loads: Loads,
+    patches: Patches,
+    *,
+    keep_head: bool = False,
+    copying: frozenset[str] = frozenset(),
 ) -> Any:
     """The value a blob chain (from :meth:`BlobReader.chain`) stores: the full bytes, patched
-    in turn, then the appended tails. Needs no transaction. With ``keep_head`` keeps the
-    patched bytes (the newest value: read again next)."""
+    in turn, then the appended tails. Needs no transaction (but a :class:`KeyframeView` of the
+    map is valid inside its own only). With ``keep_head`` keeps the patched bytes (the newest
+    value: read again next). ``copying``: the serde types whose ``loads`` keeps nothing of the
+    bytes it is given (it builds new objects): a patched value of one is decoded from the
+    patch's scratch buffer, not from a copy of it."""
     i = 0
     while chain[i][1].kind == BLOB_APPEND:
         i += 1
@@ -187,17 +210,22 @@ def materialize(
     while chain[j][1].kind == BLOB_PATCH:
         j += 1
     key_blob = chain[j][1]
-    data = key_blob.data
+    data: bytes | memoryview = key_blob.data
     if j > i:  # a patch against its keyframe (read in place from its f row: a KeyframeView)
         base: bytes | memoryview = key_blob.view if isinstance(key_blob, KeyframeView) else data
-        data = patches.apply((sid, chain[j][0], key_blob.channel), base, chain[j - 1][1].data)
-        for k in range(j - 2, i - 1, -1):  # a chain of patches (logs written before keyframes)
-            data = patches.apply(
-                (sid, chain[k + 1][0], chain[k][1].channel), data, chain[k][1].data
-            )
+        scratch = not keep_head and chain[i][1].type in copying
+        for k in range(j - 1, i - 1, -1):  # a chain of patches (logs written before keyframes)
+            # only the last one may land in the scratch buffer: each earlier result is the
+            # next one's base, which must not be the buffer it is decoded into
+            base = patches.apply(
+                (sid, chain[k + 1][0], chain[k][1].channel), base, chain[k][1].data,
+                scratch=scratch and k == i,
+            )  # fmt: skip
+        data = base
     if keep_head and j > i:
-        patches.keep((sid, chain[i][0], chain[i][1].channel), (chain[i][1].type, data))
-    value = loads((chain[i][1].type, data))
+        patches.keep((sid, chain[i][0], chain[i][1].channel), (chain[i][1].type, bytes(data)))
+    # a memoryview only when the serde's type is in ``copying`` (its loads takes any buffer)
+    value = loads((chain[i][1].type, data))  # type: ignore[arg-type]
     if i == 0:
         return value
     if not isinstance(value, list):

@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from backends.base import ReadTxn, prefix_end
 from eventlog.errors import CheckpointError, CorruptFrame, InvalidCheckpoint, InvalidConfig
@@ -73,6 +74,12 @@ _dec_ckpt_row = msgspec.msgpack.Decoder(CkptRow)
 _dec_write_row = msgspec.msgpack.Decoder(WriteRow)
 
 LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
+# LangGraph's own serde decodes msgpack into new objects (ormsgpack copies what it builds; its
+# ext payloads come as new bytes): a patched msgpack value is decoded from the patch's scratch
+# buffer. Any other serde (or a subclass that decodes otherwise) gets a copy.
+_JSONPLUS_LOADS: Final = JsonPlusSerializer.loads_typed
+_MSGPACK: Final = frozenset({"msgpack"})
+_NONE: Final[frozenset[str]] = frozenset()
 
 
 class _Read(msgspec.Struct, frozen=True, gc=False):
@@ -312,13 +319,16 @@ class SaverReads(BaseCheckpointSaver[str]):
                 seq=row.seq,
             )
         body["channel_versions"] = dict(read.versions)
+        copying = _MSGPACK if type(serde).loads_typed is _JSONPLUS_LOADS else _NONE
         values = {}
         for ch, chain in read.chains:
             head = chain[0][1]
             if len(chain) == 1 and head.kind == BLOB_FULL:  # a value stored whole
                 values[ch] = loads((head.type, head.data))
             else:
-                values[ch] = materialize(sid, chain, loads, self._patches, keep_head=read.latest)
+                values[ch] = materialize(
+                    sid, chain, loads, self._patches, keep_head=read.latest, copying=copying
+                )
         body["channel_values"] = values
         checkpoint: Checkpoint = body
         return CheckpointTuple(  # positional: the namedtuple's keyword form costs more
