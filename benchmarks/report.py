@@ -757,6 +757,50 @@ def _target_lines(payload: dict[str, Any]) -> list[str]:
     return _md_table(["target", "definition", "measured", "goal", ""], rows, "llrrl")
 
 
+PARTIAL_MARK = "partial run"
+PARTIAL_NOTE = (
+    "Rows marked *{mark}* were measured by `{command}` ({when} UTC on `{git}`, `{json}`); the "
+    "others come from the run this page was generated from"
+)
+
+
+def refresh_targets(doc: Path, payload: dict[str, Any], json_path: str) -> Path:
+    """The Targets table of ``doc`` with the rows a partial run measured replaced (or added),
+    each marked as from that run, and a line under the table naming it: a run of some
+    scenarios keeps the page's targets true for those scenarios, the other rows staying those
+    of the full run the page was generated from."""
+    measured = [t for t in payload.get("targets", []) if t["value"] is not None]
+    text = doc.read_text(encoding="utf-8")
+    head, sep, rest = text.partition("\n## Targets\n")
+    if not measured or not sep:
+        return doc
+    body, nxt, tail = rest.partition("\n## ")
+    when = str(payload.get("environment", {}).get("timestamp_utc", "?"))[:16].replace("T", " ")
+    git = str(payload.get("environment", {}).get("git", "?"))[:7]
+    note = PARTIAL_NOTE.format(
+        mark=PARTIAL_MARK, command=payload.get("command", "?"), when=when, git=git, json=json_path
+    )
+    fresh = {row.split(" | ", 1)[0]: row for row in _target_lines({"targets": measured})[2:]}
+    lines, seen = [], set()
+    for line in body.split("\n"):
+        if line.startswith("Rows marked *" + PARTIAL_MARK):
+            continue  # the previous partial run's line: replaced below
+        name = line.split(" | ", 1)[0]
+        if line.startswith("| ") and name in fresh:
+            lines.append(fresh[name][:-2] + f" · *{PARTIAL_MARK}* |")
+            seen.add(name)
+        else:
+            lines.append(line)
+    last = max(i for i, line in enumerate(lines) if line.startswith("|"))
+    added = [fresh[n][:-2] + f" · *{PARTIAL_MARK}* |" for n in fresh if n not in seen]
+    lines[last + 1 : last + 1] = [*added, "", note + "."]
+    body = "\n".join(lines)
+    tmp = doc.with_name(doc.name + ".tmp")
+    tmp.write_text(head + sep + body + nxt + tail, encoding="utf-8")
+    tmp.replace(doc)
+    return doc
+
+
 def render(
     payload: dict[str, Any],
     *,
@@ -898,12 +942,13 @@ def write_doc(
     with contextlib.suppress(ValueError):  # outside the repository: shown as given
         shown = shown.resolve().relative_to(REPO_ROOT)
     if not payload.get("complete", True) and doc.exists():
-        return update_sections(
+        update_sections(
             doc,
             payload,
             str(shown),
             lambda: render(payload, json_path=str(shown), plots={}, plot_note=""),
         )
+        return refresh_targets(doc, payload, str(shown))
     plots, note = plot(payload, plots_dir)
     doc.parent.mkdir(parents=True, exist_ok=True)
     page = (

@@ -602,3 +602,50 @@ def test_limits_beaten_by_the_raw_lmdb_rows_of_their_own_run_are_flagged() -> No
     assert undercounted_limit([*fine, row("concurrent", "lmdb-raw-fsync", 500.0)]) is None
     beaten = [*fine, row("instances", "lmdb-rows-fsync", 3.2)]
     assert undercounted_limit(beaten) == 3.2
+
+
+def test_a_partial_run_refreshes_the_targets_it_measured_and_says_so(tmp_path: Path) -> None:
+    """``--doc`` after a run of some scenarios replaces the Targets rows that run measured
+    (marked as from it) and adds the ones the table lacked; the other rows stay, and a line
+    under the table names the run (one line, however many partial runs followed)."""
+    from benchmarks.report import PARTIAL_MARK, refresh_targets  # noqa: PLC0415
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(
+        "# Benchmarks\n\n## Targets\n\n"
+        "| target | definition | measured | goal |  |\n|---|---|---:|---:|---|\n"
+        "| linear 200 B state | a | 5.13 | >= 5 | met |\n"
+        "| instances N=10,000 fsync save_instance vs sqlite-rows | b | 0.70 | >= 1.2 | "
+        "**missed** |\n\nA paragraph about the table.\n\n## Environment\n\nkept\n",
+        encoding="utf-8",
+    )
+
+    def target(name: str, value: float | None, met: bool | None) -> dict[str, Any]:
+        return {"name": name, "definition": "d", "value": value, "target": ">= 1.2", "met": met}
+
+    for value in (1.31, 1.25):
+        payload = {
+            "command": "python -m benchmarks run --scenario instances",
+            "environment": {"timestamp_utc": "2026-11-28T19:50:01+00:00", "git": "abcdef0123"},
+            "targets": [
+                target("instances N=10,000 fsync save_instance vs sqlite-rows", value, True),
+                target("instances N=10,000,000 fsync save_instance completes", 1.0, True),
+                target("linear 4 KiB state", None, None),  # not measured: left alone
+            ],
+        }
+        refresh_targets(doc, payload, "benchmarks/results/bench.partial.json")
+    text = doc.read_text(encoding="utf-8")
+    assert "| linear 200 B state | a | 5.13 | >= 5 | met |" in text
+    assert (
+        f"| instances N=10,000 fsync save_instance vs sqlite-rows | d | 1.25 | >= 1.2 | met · "
+        f"*{PARTIAL_MARK}* |" in text
+    )
+    assert "1.31" not in text
+    assert "0.70" not in text
+    assert f"| 1.00 | >= 1.2 | met · *{PARTIAL_MARK}* |" in text  # a row the table lacked
+    assert "linear 4 KiB state" not in text
+    assert text.count(f"Rows marked *{PARTIAL_MARK}*") == 1
+    run = "`python -m benchmarks run --scenario instances` (2026-11-28 19:50 UTC on `abcdef0`"
+    assert run in text
+    assert text.index(f"Rows marked *{PARTIAL_MARK}*") < text.index("A paragraph about the table")
+    assert text.endswith("## Environment\n\nkept\n")
