@@ -589,8 +589,7 @@ def _commit_with_segment(
             ):
                 rec = lmdb_wal.record_bytes(header.generation, tid, ops)
                 if env.seg_tail + len(rec) <= lmdb_wal.SEGMENT_BYTES:
-                    at = env.seg_tail
-                    os.pwrite(fd, rec, at)
+                    os.pwrite(fd, rec, at := env.seg_tail)
                     os.fdatasync(fd)  # the one device flush of a durable commit
                     try:
                         txn.commit()
@@ -598,6 +597,7 @@ def _commit_with_segment(
                         _unwrite(fd, at)
                         raise
                     env.seg_tail, env.seg_last = at + len(rec), tid
+                    lmdb_wal.start_writeback(env.lock_fd, header, tid)
                     return
             elif ops is None and env.seg_last == header.checkpoint:
                 txn.commit()  # "process": nothing to re-apply depends on this commit
