@@ -274,6 +274,43 @@ _SYNC_FILE_RANGE = _sync_file_range()
 _SYNC_FILE_RANGE_WRITE = 2
 
 
+def _statx() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).statx  # (no argtypes: plain ints and buffers convert faster)
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_STATX = _statx()
+_STATX_NLINK_SIZE = 0x4 | 0x200  # STATX_NLINK | STATX_SIZE: no timestamps asked for
+_AT_EMPTY_PATH = 0x1000
+_StatxBuf = ctypes.c_char * 256  # struct statx
+_STATX_FIELDS = struct.Struct("<I12xI20xQ")  # stx_mask, stx_nlink (at 16), stx_size (at 40)
+
+
+def links_and_size(fd: int) -> tuple[int, int]:
+    """The link count and size of the open file ``fd``, without reading its timestamps.
+
+    An ``fstat`` marks the inode's ctime as seen (multigrain timestamps, Linux 6.13 and
+    later), so the next write to the file takes a fine-grained time: the data file's inode,
+    and through the shared time floor the segment's, then changed at every commit, and ext4's
+    fdatasync (without a journal it writes a dirty inode-table block synchronously) spent a
+    third device round trip per durable save on it (3.0 sleeps per save instead of 2.1).
+    ``statx`` asked for the link count and size only leaves the timestamps unseen."""
+    if _STATX is not None:
+        buf = _StatxBuf()
+        if _STATX(fd, b"", _AT_EMPTY_PATH, _STATX_NLINK_SIZE, buf) == 0:
+            mask, links, size = _STATX_FIELDS.unpack_from(buf)
+            if mask & _STATX_NLINK_SIZE == _STATX_NLINK_SIZE:
+                return int(links), int(size)
+    st = os.fstat(fd)
+    return st.st_nlink, st.st_size
+
+
 def start_writeback(data_fd: int | None, header: Header, txn_id: int) -> None:
     """After the record of ``txn_id``, every ``WRITEBACK_EVERY`` records: start writing the
     data file's dirty pages, past its meta pages, to the device without waiting (best effort:

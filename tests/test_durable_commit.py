@@ -204,3 +204,21 @@ def test_used_bytes_counts_pages_in_use_not_the_free_ones_the_pin_keeps(tmp_path
             frames = txn.count("log")
         assert frames == 60
         assert used >= 60 * 90  # every frame is in a page in use
+
+
+def test_links_and_size_read_without_timestamps_match_fstat(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 12345)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        assert lmdb_wal.links_and_size(fd) == (st.st_nlink, st.st_size) == (1, 12345)
+        os.link(path, tmp_path / "g")
+        assert lmdb_wal.links_and_size(fd) == (2, 12345)
+        os.unlink(path)
+        os.unlink(tmp_path / "g")
+        assert lmdb_wal.links_and_size(fd) == (0, 12345)  # what the writers' check refuses
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        lmdb_wal.links_and_size(fd)
