@@ -30,6 +30,11 @@ Invariants that make a commit without LMDB's sync safe:
   the saved meta pages back (the checkpoint's snapshot is what LMDB then opens), re-applies the
   records in order, stopping at the first torn or mismatched one, and checkpoints. A process
   kill leaves the page cache intact and recovery then only re-applies what is already there.
+- Any page written since the checkpoint may reach the disk at any moment (the kernel's own
+  write-out, or the early write-out started every ``WRITEBACK_EVERY`` records): none of them is
+  a page of the checkpoint's snapshot (the pin), and when records follow the checkpoint,
+  recovery puts its saved meta pages back. The early write-out never writes a meta page, so
+  it adds no case where a meta page is on disk before the pages it points to.
 """
 
 from __future__ import annotations
