@@ -92,7 +92,7 @@ except ImportError:  # pragma: no cover - a py-lmdb without lmdb._envid: nothing
 MAP_SIZE_INITIAL = 1 << 30  # 1 GiB of address space; costs nothing until pages are written
 MAP_SIZE_MAX = 1 << 40  # 1 TiB: free to reserve on 64-bit without writemap (DESIGN §11)
 _flock = fcntl.flock
-_fstat = os.fstat
+_links_and_size = lmdb_wal.links_and_size  # (no timestamps read: see there)
 _LOCK_EX = fcntl.LOCK_EX
 _LOCK_UN = fcntl.LOCK_UN
 MAX_DBS = 64
@@ -290,7 +290,7 @@ class _Env:
         if fd is None:
             return
         _flock(fd, _LOCK_EX)
-        if _fstat(fd).st_nlink == 0:
+        if _links_and_size(fd)[0] == 0:
             self.refuse_replaced()
 
     def refuse_replaced(self) -> NoReturn:
@@ -472,10 +472,9 @@ class _WriteScope:
             fd = env.lock_fd  # env.lock_writers(), inlined: it runs around every commit
             if fd is not None:
                 _flock(fd, _LOCK_EX)
-                st = _fstat(fd)
-                if st.st_nlink == 0:
+                links, env.data_bytes = _links_and_size(fd)  # (the segment's growth bound)
+                if links == 0:
                     env.refuse_replaced()
-                env.data_bytes = st.st_size  # the segment's growth bound reads it
             try:
                 env.enter()
                 try:
@@ -589,8 +588,7 @@ def _commit_with_segment(
             ):
                 rec = lmdb_wal.record_bytes(header.generation, tid, ops)
                 if env.seg_tail + len(rec) <= lmdb_wal.SEGMENT_BYTES:
-                    at = env.seg_tail
-                    os.pwrite(fd, rec, at)
+                    os.pwrite(fd, rec, at := env.seg_tail)
                     os.fdatasync(fd)  # the one device flush of a durable commit
                     try:
                         txn.commit()
@@ -598,6 +596,7 @@ def _commit_with_segment(
                         _unwrite(fd, at)
                         raise
                     env.seg_tail, env.seg_last = at + len(rec), tid
+                    lmdb_wal.start_writeback(env.lock_fd, header, tid)
                     return
             elif ops is None and env.seg_last == header.checkpoint:
                 txn.commit()  # "process": nothing to re-apply depends on this commit
@@ -608,7 +607,7 @@ def _commit_with_segment(
         assert env.lock_fd is not None
         env.seg_header = lmdb_wal.write_checkpoint(fd, env.lock_fd, header, tid)
         env.seg_tail, env.seg_last = env.seg_header.records_at, tid
-        env.seg_base_bytes = _fstat(env.lock_fd).st_size
+        env.seg_base_bytes = _links_and_size(env.lock_fd)[1]
         env.repin(env.seg_header.generation)
     except OSError as e:
         with suppress(lmdb.Error):

@@ -6,7 +6,9 @@ process per tree (its working directory the tree, so it imports that tree's code
 SQLite WAL FULL commits. The four take turns save by save in rotating order, so each sees the
 same moments of the device (its flush latency drifts by 10x within minutes on a shared
 machine, which makes runs one after the other incomparable). Prints the mean time per save of
-each, for a ~200 B and a ~4 KiB state, the ratios of the same rounds, and the load average.
+each, for a ~200 B and a ~4 KiB state, the ratios of the same rounds, and the load average;
+then LangGraph ``LmdbSaver.put`` at fsync in each tree against ``SqliteSaver.put`` in the
+parent, put by put the same way.
 """
 
 from __future__ import annotations
@@ -23,10 +25,41 @@ from pathlib import Path
 
 import lmdb
 
-SIZES = (200, 4096)
+SIZES = (200, 4096, 0)  # 0: the LangGraph put row (LG)
+
+
+LG = 0  # the "size" of the LangGraph row: LmdbSaver.put (fsync) in the children
+
+
+def lg_child() -> None:
+    """LangGraph ``LmdbSaver.put`` at fsync, put by put, with this tree's code."""
+    sys.path.insert(0, os.getcwd())
+    from benchmarks.durable_commit import _lg_checkpoint  # noqa: PLC0415 - the tree in cwd
+    from eventlog.integrations.langgraph import LmdbSaver  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as d:
+        saver = LmdbSaver.open(Path(d) / "lg")
+        try:
+            config, cp, md, versions = _lg_checkpoint(0)
+            config = saver.put(config, cp, md, versions)  # the first commit checkpoints
+            for line in sys.stdin:
+                i = int(line)
+                if i < 0:
+                    break
+                _, cp, md, versions = _lg_checkpoint(i)
+                cp["id"] = f"{i:032d}"
+                t = time.perf_counter()
+                config = saver.put(config, cp, md, versions)
+                sys.stdout.write(f"{time.perf_counter() - t}\n")
+                sys.stdout.flush()
+        finally:
+            saver.close()
 
 
 def child(size: int) -> None:
+    if size == LG:
+        lg_child()
+        return
     sys.path.insert(0, os.getcwd())  # the tree the parent started this process in
     from benchmarks.durable_commit import _rec  # noqa: PLC0415 - the tree in cwd
     from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
@@ -91,7 +124,10 @@ def run(trees: dict[str, str], size: int, n: int) -> dict[str, float]:
             db.execute("COMMIT")
             return time.perf_counter() - t
 
-        ops = {**{k: _turn(p) for k, p in kids.items()}, "raw lmdb": raw, "sqlite": sql}
+        peers: dict[str, Callable[[int], float]] = {"raw lmdb": raw, "sqlite": sql}
+        if size == LG:
+            peers = {"SqliteSaver": _sqlite_saver_puts(d)}
+        ops = {**{k: _turn(p) for k, p in kids.items()}, **peers}
         names = list(ops)
         total = dict.fromkeys(names, 0.0)
         try:
@@ -110,6 +146,26 @@ def run(trees: dict[str, str], size: int, n: int) -> dict[str, float]:
     return {k: v / n * 1e6 for k, v in total.items()}
 
 
+def _sqlite_saver_puts(d: str) -> Callable[[int], float]:
+    """SqliteSaver.put, timed (the parent's code: SqliteSaver is the same for both trees)."""
+    from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: PLC0415
+
+    from benchmarks.durable_commit import _lg_checkpoint  # noqa: PLC0415
+
+    saver = SqliteSaver(sqlite3.connect(d + "/lg.db", check_same_thread=False))
+    config, cp, md, versions = _lg_checkpoint(0)
+    state = {"config": saver.put(config, cp, md, versions)}
+
+    def put(i: int) -> float:
+        _, cp, md, versions = _lg_checkpoint(i)
+        cp["id"] = f"{i:032d}"
+        t = time.perf_counter()
+        state["config"] = saver.put(state["config"], cp, md, versions)
+        return time.perf_counter() - t
+
+    return put
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("other", nargs="?", help="the other tree (a checkout of earlier code)")
@@ -124,6 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"other": os.path.abspath(args.other), "this": os.getcwd()}
     for size in SIZES:
         r = run(trees, size, args.saves)
+        if size == LG:
+            print("langgraph put: " + ", ".join(f"{k} {v:,.0f} us" for k, v in r.items()))
+            print(
+                f"  SqliteSaver / other {r['SqliteSaver'] / r['other']:.2f}, SqliteSaver / "
+                f"this {r['SqliteSaver'] / r['this']:.2f}, this / other "
+                f"{r['this'] / r['other']:.3f}",
+                flush=True,
+            )
+            continue
         print(f"{size} B: " + ", ".join(f"{k} {v:,.0f} us" for k, v in r.items()))
         print(
             f"  other / raw {r['other'] / r['raw lmdb']:.2f}, this / raw "

@@ -63,7 +63,7 @@ def test_a_durable_save_makes_one_device_flush_and_no_dsync_write(
     subprocess.run(
         ["strace", "-f", "-o", str(trace), "-e",
          "trace=openat,fsync,fdatasync,pwrite64,pwritev,write,writev,faccessat,faccessat2,"
-         "access,close",
+         "access,close,sync_file_range",
          sys.executable, "-c", CHILD, str(tmp_path / "log"), str(SAVES), str(state_bytes)],
         check=True, cwd=ROOT, capture_output=True,
     )  # fmt: skip
@@ -94,6 +94,11 @@ def test_a_durable_save_makes_one_device_flush_and_no_dsync_write(
     assert len(flushes) == SAVES + len(checkpoints), flushes[:5]
     assert len(checkpoints) <= SAVES // 8
     assert dsync_writes == []
+    # Early write-out of the data file's pages (past its two meta pages), no wait, no flush.
+    writeback = [line for line in phase if "sync_file_range(" in line]
+    assert len(writeback) >= SAVES // lmdb_wal.WRITEBACK_EVERY - len(checkpoints) - 1
+    for line in writeback:
+        assert re.search(r"sync_file_range\(\d+, 8192, 0, SYNC_FILE_RANGE_WRITE\) = 0", line)
 
 
 def test_records_of_a_killed_process_are_there_at_the_next_open(tmp_path: Path) -> None:
@@ -199,3 +204,21 @@ def test_used_bytes_counts_pages_in_use_not_the_free_ones_the_pin_keeps(tmp_path
             frames = txn.count("log")
         assert frames == 60
         assert used >= 60 * 90  # every frame is in a page in use
+
+
+def test_links_and_size_read_without_timestamps_match_fstat(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 12345)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        assert lmdb_wal.links_and_size(fd) == (st.st_nlink, st.st_size) == (1, 12345)
+        os.link(path, tmp_path / "g")
+        assert lmdb_wal.links_and_size(fd) == (2, 12345)
+        os.unlink(path)
+        os.unlink(tmp_path / "g")
+        assert lmdb_wal.links_and_size(fd) == (0, 12345)  # what the writers' check refuses
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        lmdb_wal.links_and_size(fd)
