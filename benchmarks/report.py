@@ -776,7 +776,8 @@ def refresh_targets(doc: Path, payload: dict[str, Any], json_path: str) -> Path:
         return doc
     body, nxt, tail = rest.partition("\n## ")
     when = str(payload.get("environment", {}).get("timestamp_utc", "?"))[:16].replace("T", " ")
-    git = str(payload.get("environment", {}).get("git", "?"))[:7]
+    git_env = payload.get("environment", {}).get("git")
+    git = str(git_env.get("commit", "?") if isinstance(git_env, dict) else git_env or "?")[:7]
     note = PARTIAL_NOTE.format(
         mark=PARTIAL_MARK, command=payload.get("command", "?"), when=when, git=git, json=json_path
     )

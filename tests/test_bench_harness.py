@@ -626,7 +626,10 @@ def test_a_partial_run_refreshes_the_targets_it_measured_and_says_so(tmp_path: P
     for value in (1.31, 1.25):
         payload = {
             "command": "python -m benchmarks run --scenario instances",
-            "environment": {"timestamp_utc": "2026-11-28T19:50:01+00:00", "git": "abcdef0123"},
+            "environment": {
+                "timestamp_utc": "2026-11-28T19:50:01+00:00",
+                "git": {"commit": "abcdef0123", "dirty": False},
+            },
             "targets": [
                 target("instances N=10,000 fsync save_instance vs sqlite-rows", value, True),
                 target("instances N=10,000,000 fsync save_instance completes", 1.0, True),
