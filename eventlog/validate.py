@@ -471,6 +471,16 @@ _progress_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 
 
 _progress_decoder: Final = msgspec.msgpack.Decoder(FanOutInstanceProgress)
+QUICK_ERRORS: Final = (
+    TypeError,
+    ValueError,
+    OverflowError,
+    NotImplementedError,
+    RecursionError,
+    RuntimeError,
+)
+"""What a quick check may meet (the exact checks then decide): an encoding error, or the
+``RuntimeError`` of a dict another thread resized while it was walked."""
 
 
 def check_instance_items(items: list[Any]) -> tuple[list[int], list[Any], list[bytes]]:
