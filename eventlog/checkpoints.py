@@ -119,6 +119,7 @@ from eventlog.records import (
 from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
     _SCALARS,
+    LOOP_KEYS_MAX,
     QUICK_ERRORS,
     STATES,
     RecordChecker,
@@ -128,6 +129,7 @@ from eventlog.validate import (
     check_instance_save,
     encode_progress,
     fail,
+    plain_results,
     quick_progress,
 )
 from projections.records import (
@@ -292,11 +294,14 @@ class CheckpointLog(HeadCache):
             r = progress.result
             try:  # quick_progress, inline
                 raw = _encode_progress(progress)
-                if r.__class__ is dict:  # str keys, scalar values: lossless (a loop is cheapest)
-                    for k in r:
-                        if k.__class__ is not str or r[k].__class__ not in _SCALARS:
-                            raw = quick_progress(progress)  # the exact test (a typed decode)
-                            break
+                if r.__class__ is dict:  # str keys, scalar values: lossless (validate.plain_result)
+                    if len(r) > LOOP_KEYS_MAX:
+                        raw = raw if plain_results([r]) else quick_progress(progress)
+                    else:
+                        for k in r:
+                            if k.__class__ is not str or r[k].__class__ not in _SCALARS:
+                                raw = quick_progress(progress)  # the exact test (a typed decode)
+                                break
                 elif r.__class__ not in _SCALARS:
                     raw = quick_progress(progress)
             except QUICK_ERRORS:  # the slow path below decides
