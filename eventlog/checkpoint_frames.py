@@ -487,6 +487,7 @@ class _InstanceSaves(_HeadFrame):
                 slot = slots[hd.fid]
                 slot.instances[ch.index] = ch.progress
                 slot.src = None
+                slot.synced = False
             changes.append(_RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw)))
             times.append(ch.saved_at)
         if rejected and self.strict:  # a save_instances call: nothing of it is written

@@ -119,15 +119,17 @@ from eventlog.records import (
 from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
     _SCALARS,
+    LOOP_KEYS_MAX,
+    QUICK_ERRORS,
     STATES,
     RecordChecker,
     _progress_encoder,
-    _referents,
     check_fan_out_key,
     check_instance_items,
     check_instance_save,
     encode_progress,
     fail,
+    plain_results,
     quick_progress,
 )
 from projections.records import (
@@ -292,16 +294,17 @@ class CheckpointLog(HeadCache):
             r = progress.result
             try:  # quick_progress, inline
                 raw = _encode_progress(progress)
-                if not (
-                    r.__class__ in _SCALARS
-                    or (
-                        r.__class__ is dict
-                        and len(refs := _referents(r)) == len(r)
-                        and _SCALARS.issuperset(map(type, refs))
-                    )
-                ):
-                    raw = quick_progress(progress)  # the exact test (a typed decode)
-            except (TypeError, ValueError, OverflowError, NotImplementedError, RecursionError):
+                if r.__class__ is dict:  # str keys, scalar values: lossless (validate.plain_result)
+                    if len(r) > LOOP_KEYS_MAX:
+                        raw = raw if plain_results([r]) else quick_progress(progress)
+                    else:
+                        for k in r:
+                            if k.__class__ is not str or r[k].__class__ not in _SCALARS:
+                                raw = quick_progress(progress)  # the exact test (a typed decode)
+                                break
+                elif r.__class__ not in _SCALARS:
+                    raw = quick_progress(progress)
+            except QUICK_ERRORS:  # the slow path below decides
                 raw = None
             if raw is not None:
                 now = time.time()

@@ -480,12 +480,14 @@ def started_array(slots: Iterable[Slot]) -> bytes:
         if objs is None or entries is None or len(objs) != n or len(entries) != n:
             s.objs = objs = [NOT_STARTED] * n
             s.entries = entries = [b""] * n
-        if any(map(operator.is_not, insts, objs)):
+            s.synced = False
+        if not s.synced and any(map(operator.is_not, insts, objs)):
             stale = list(itertools.compress(range(n), map(operator.is_not, insts, objs)))
             fresh = list(map(insts.__getitem__, stale))
             raws = list(map(_enc.encode, fresh))
             new = change_entries(s.header.fid, stale, raws)
             _set_entries(objs, entries, stale, fresh, raws, new)
+        s.synced = True  # (no scan while only cached batches change it: Slot.synced)
         parts.append(b"".join(entries))
         total += n - entries.count(b"")
     return _array_header(total) + b"".join(parts)

@@ -155,6 +155,9 @@ class Slot:
     # copy starts without).
     objs: list[Any] | None = field(default=None, compare=False, repr=False)
     entries: list[bytes] | None = field(default=None, compare=False, repr=False)
+    # True while ``instances[i] is objs[i]`` for every ``i`` (started_array sets it, the
+    # writer's cached batches keep it); any other write to ``instances`` clears it.
+    synced: bool = field(default=False, compare=False, repr=False)
 
     @property
     def key(self) -> FanOutKey:
@@ -263,6 +266,7 @@ def _apply_instances(head: Head, changes: tuple[InstanceChange, ...]) -> None:
         slot = by_fid[ch.fid]
         slot.instances[ch.index] = ch.progress
         slot.src = None
+        slot.synced = False
 
 
 def _apply_page(head: Head, page: InstancePage, seq: int) -> None:
@@ -284,6 +288,7 @@ def _apply_page(head: Head, page: InstancePage, seq: int) -> None:
     for ch in page.instances:
         insts[ch.index] = ch.progress
     slot.src = None
+    slot.synced = False
 
 
 def to_record(head: Head) -> CheckpointRecord:
@@ -519,6 +524,7 @@ def _fan_out_delta(
             conv = instance_from(new_src[i])
             if conv != instances[i]:
                 instances[i] = conv
+                slot.synced = False
                 changes.append(InstanceChange(fid, i, conv))
         if old_src is None or slot.states is None:
             slot.in_flight = {i for i, st in enumerate(states) if st == "in_flight"}

@@ -63,6 +63,10 @@ RESULTS: list[Any] = [
     collections.OrderedDict(a=1), collections.defaultdict(int, b=2), _Pair(1, 2),
     _Point(1, 2), {"p": _Point(3, 4)}, msgspec.Raw(b"\x01"),
     {_Name.A: 1}, {"a": 1, _Key("b"): 2}, {_Key("k"): "v"}, {"a": 1, 2: "b"}, {},
+    # wide dicts (past LOOP_KEYS_MAX: cleared at C speed, not by the loop)
+    {f"k{i}": i for i in range(20)}, {**{f"k{i}": 0.5 for i in range(20)}, 7: "int key"},
+    {**{f"k{i}": "v" for i in range(20)}, "when": datetime.date(2026, 1, 1)},
+    {**{f"k{i}": None for i in range(20)}, "d": Decimal("2")},
 ]  # fmt: skip
 
 
