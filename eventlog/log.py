@@ -67,7 +67,6 @@ from eventlog.errors import (
     BufferedLost,
     CheckpointError,
     CorruptFrame,
-    InvalidStreamKey,
     LogClosed,
     NotALog,
     UnsupportedFormat,
@@ -75,6 +74,8 @@ from eventlog.errors import (
 from eventlog.errors import SequenceConflict as SequenceConflict  # noqa: PLC0414
 from eventlog.frames import Event, Frame
 from eventlog.layout import CORE_TABLES, LOG, META, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.log_open import open_backend as open_backend  # noqa: PLC0414 - re-exported
+from eventlog.log_open import stream_key_bytes as stream_key_bytes  # noqa: PLC0414
 from eventlog.reports import Problem as Problem  # noqa: PLC0414 - re-exported
 from eventlog.reports import Stats as Stats  # noqa: PLC0414
 from eventlog.reports import VerifyReport as VerifyReport  # noqa: PLC0414
@@ -97,55 +98,6 @@ class StoredFrame(msgspec.Struct, Generic[F], frozen=True):
     checksum: bytes
     frame: F
     stored_bytes: int
-
-
-def open_backend(
-    location: str | os.PathLike[str],
-    *,
-    tables: Iterable[str],
-    durability: Durability | str = "fsync",
-    readonly: bool = False,
-    map_size_max: int | None = None,
-    map_size_initial: int | None = None,
-) -> Backend:
-    """The backend of a log at ``location``: a ``postgresql://host/db?schema=NAME`` URL
-    (``backends.postgres``; the map sizes do not apply) or an LMDB directory."""
-    if isinstance(location, str) and location.split("://", 1)[0] in ("postgresql", "postgres"):
-        from backends.postgres import PostgresBackend  # noqa: PLC0415 - psycopg optional
-
-        return PostgresBackend(
-            location, tables=tables, durability=durability, readonly=readonly, marker_table=META
-        )
-    from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
-        MAP_SIZE_INITIAL,
-        MAP_SIZE_MAX,
-        LmdbBackend,
-    )
-
-    return LmdbBackend(
-        location,
-        tables=tables,
-        durability=durability,
-        readonly=readonly,
-        map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
-        map_size_max=map_size_max or MAP_SIZE_MAX,
-        marker_table=META,
-    )
-
-
-def stream_key_bytes(stream: str, max_key_bytes: int) -> bytes:
-    """Validate a stream key and return its UTF-8 bytes."""
-    if not isinstance(stream, str):
-        raise InvalidStreamKey(f"stream key must be a str, got {type(stream).__name__}")
-    if not stream:
-        raise InvalidStreamKey("stream key must be a non-empty string, got ''")
-    raw = stream.encode("utf-8", "surrogatepass")
-    if len(raw) > max_key_bytes:
-        raise InvalidStreamKey(
-            f"stream key is {len(raw)} bytes of UTF-8, above the backend limit of "
-            f"{max_key_bytes}; use a shorter id (a UUID or a hash of the long one)"
-        )
-    return raw
 
 
 class EventLog(GroupCommit):
