@@ -117,6 +117,22 @@ class _Waiter:
         return self.value
 
 
+class _Led(_Waiter):
+    """The future of an item whose caller commits the batch holding it (``EventLog.append``,
+    leading): it reads the item's result once the commit returns, so nothing is signalled."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self._set = True
+
+    def set(self, value: Any) -> None:
+        pass
+
+
+_LED = _Led()
+
+
 @dataclass(eq=False, slots=True)
 class _Item:
     stream: str
@@ -221,9 +237,13 @@ class GroupCommit:
         self._writer.start()
 
     def _take_batch_locked(self) -> list[_Item]:
-        n = min(len(self._queue), self.batch_frames_max)
+        queue = self._queue
         self._last_flush = time.monotonic()
-        return [self._queue.popleft() for _ in range(n)]
+        if len(queue) <= self.batch_frames_max:  # all of it (the usual case)
+            batch = list(queue)
+            queue.clear()
+            return batch
+        return [queue.popleft() for _ in range(self.batch_frames_max)]
 
     def _commit_safely(self, batch: list[_Item]) -> None:
         try:
@@ -365,12 +385,17 @@ class GroupCommit:
         if hooks is not None:
             hooks.committed()
         self._commits += 1
-        self._ids.update(new_ids)
-        self._names.update({v: k for k, v in new_ids.items()})
+        if new_ids:
+            self._ids.update(new_ids)
+            self._names.update({v: k for k, v in new_ids.items()})
         return new_ids
 
     def _commit(self, batch: list[_Item]) -> None:
-        frames = [it for it in batch if it.frame is not None and self._prepare(it)]
+        frames = [
+            it
+            for it in batch
+            if it.frame is not None and (isinstance(it.frame, DeferredFrame) or self._prepare(it))
+        ]
         failure: StorageError | None = None  # the storage failed: frames from it were not written
         if frames:
             try:
@@ -500,8 +525,10 @@ class GroupCommit:
     def _resolve(self, batch: list[_Item]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
         for it in batch:
-            res = it.result
             fut = it.future
+            if fut is _LED:
+                continue  # its caller reads it.result
+            res = it.result
             if isinstance(fut, _Waiter):
                 fut.set(res)
             elif fut is not None:
@@ -511,6 +538,8 @@ class GroupCommit:
             elif isinstance(res, BaseException):
                 with self._cond:
                     self._deferred.append(res)
+        if not by_loop:
+            return
         running = asyncio._get_running_loop()  # the loop of this thread, if it leads a commit
         for loop, items in by_loop.items():
             if loop is running:

@@ -49,11 +49,8 @@ from eventlog.codec import (
     open_envelope,
     read_header,
 )
-from eventlog.commit import Appended as Appended  # noqa: PLC0414 - re-exported
-from eventlog.commit import Deferred as Deferred  # noqa: PLC0414
-from eventlog.commit import DeferredFrame as DeferredFrame  # noqa: PLC0414
-from eventlog.commit import Effect as Effect  # noqa: PLC0414
 from eventlog.commit import (
+    _LED,
     GroupCommit,
     _Item,
     _joined,
@@ -62,6 +59,10 @@ from eventlog.commit import (
     _u64,
     _Waiter,
 )
+from eventlog.commit import Appended as Appended  # noqa: PLC0414 - re-exported
+from eventlog.commit import Deferred as Deferred  # noqa: PLC0414
+from eventlog.commit import DeferredFrame as DeferredFrame  # noqa: PLC0414
+from eventlog.commit import Effect as Effect  # noqa: PLC0414
 from eventlog.commit import TxnHooks as TxnHooks  # noqa: PLC0414
 from eventlog.errors import (
     BufferedLost,
@@ -265,7 +266,7 @@ class EventLog(GroupCommit):
 
     def _enqueue(self, items: Sequence[_Item], *, durable: bool, lead: bool = False) -> None:
         """Queue (or buffer) items in call order; wake the writer unless the caller leads."""
-        with self._cond:
+        with self._mutex:  # (the condition's lock, without Condition.__enter__'s frame)
             self._check_open()
             self._ensure_writer()
             self._unstage_locked()
@@ -331,12 +332,46 @@ class EventLog(GroupCommit):
         if not durable:
             self._enqueue((item,), durable=False)
             return None
-        waiter = item.future = _Waiter()
-        self._enqueue((item,), durable=True, lead=True)
-        if not (linger > 0.0 and waiter.wait(linger)):
-            self._lead()
-        result: Appended = waiter.result()
-        return result
+        if linger > 0.0:
+            waiter = item.future = _Waiter()
+            self._enqueue((item,), durable=True, lead=True)
+            if not waiter.wait(linger):
+                self._lead()
+            result: Appended = waiter.result()
+            return result
+        # The usual call, in one hold of the lock: queue it (as _enqueue does) and, when no
+        # commit runs, take the batch (as _lead does); a caller whose item is in the batch it
+        # commits reads its result from the item (nothing to signal: its future is _LED).
+        with self._mutex:
+            if self._failed is not None or self._closed:
+                self._check_open()
+            if self._writer is None or self._pid != current_pid():
+                self._ensure_writer()
+            if self.stager is not None:
+                self._unstage_locked()
+            queue = self._queue
+            buffered = self._buffers.pop(stream, None)
+            if buffered:
+                self._buffered -= sum(b.saves for b in buffered)
+                queue.extend(buffered)
+            queue.append(item)
+            if self._committing:
+                waiter = item.future = _Waiter()
+                self._cond.notify()
+                batch = None
+            else:
+                self._committing = True
+                batch = self._take_batch_locked()
+                waiter = item.future = _LED if batch[-1] is item else _Waiter()
+        if batch is not None:
+            self._commit_taken(batch)
+        if waiter is _LED:
+            res = item.result
+            if isinstance(res, BaseException):
+                raise res
+            return res  # type: ignore[return-value]
+        done: Appended = waiter.result()
+        return done
 
     def _lead(self) -> bool:
         """Commit the queue in this (synchronous) caller's thread when no commit is running;
@@ -346,11 +381,16 @@ class EventLog(GroupCommit):
         dominate a lone durable append. Commits stay mutually exclusive (``_committing``), so
         the order and the single-committer invariants hold whichever thread commits.
         """
-        with self._cond:
+        with self._mutex:  # (the condition's lock, without Condition.__enter__'s frame)
             if self._committing or not self._queue:
                 return False
             self._committing = True
             batch = self._take_batch_locked()
+        self._commit_taken(batch)
+        return True
+
+    def _commit_taken(self, batch: list[_Item]) -> None:
+        """Commit ``batch``, taken off the queue by this caller (``_committing`` set)."""
         try:
             self._commit_safely(batch)
         except BaseException as e:
@@ -358,11 +398,10 @@ class EventLog(GroupCommit):
             if not isinstance(e, Exception):
                 raise  # KeyboardInterrupt, SystemExit: still the caller's to see
         finally:
-            with self._cond:
+            with self._mutex:
                 self._committing = False
                 if self._queue:
                     self._cond.notify()  # the writer takes what arrived meanwhile
-        return True
 
     def append_many(
         self, items: Iterable[tuple[str, Any]], *, durable: bool = True
