@@ -1095,6 +1095,10 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         super().__init__(txn, dbs)
         self._max_key = max_key
 
+    def serial(self) -> int:
+        tid: int = self._txn.id()
+        return tid
+
     def _check_key(self, key: bytes) -> None:
         if not isinstance(key, bytes) or not key:
             raise CheckpointError(f"backend keys must be non-empty bytes, got {key!r}")

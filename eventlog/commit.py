@@ -176,6 +176,9 @@ class GroupCommit:
     _committing: bool
     _tails: dict[int, tuple[int, bytes]]
     _gseq: int | None
+    # The serial of the transaction that last wrote _gseq (WriteTxn.serial): while the next
+    # one's follows it, nothing was committed in between and the log's end need not be read.
+    _serial: int | None = None
     _commits: int
     _log_bytes: int
     _frames_appended: int
@@ -478,7 +481,7 @@ class GroupCommit:
                 it.effect(txn, done, it.frame)
             it.result = done
         w.write_pending()
-        self._gseq = w.gseq
+        self._gseq, self._serial = w.gseq, w.serial
         return {**w.found_ids, **w.new_ids}
 
     def _keep_buffered(self, batch: list[_Item], failure: StorageError) -> None:
@@ -572,6 +575,11 @@ class _TxnWriter:
         # The log's end, read in this transaction (and what append_many checks against: a
         # backend may keep it, as the PostgreSQL one does, sparing a query per commit).
         item: tuple[bytes, bytes] | None = None
+        self.serial = serial = txn.serial()
+        prev, gseq = log._serial, log._gseq
+        if prev is not None and serial == prev + 1 and gseq is not None:
+            self.gseq: int = gseq  # nothing was committed since this log's last commit
+            return
         if log.backend.remote:
             # What the deferred frames will read goes out with the first read, and the last
             # frame comes with its key: with the lock, one round trip.
@@ -592,7 +600,7 @@ class _TxnWriter:
             self.tails.clear()
             if item is not None:
                 self._tail_of_last(item[1], log.chain_key)
-        self.gseq: int = found
+        self.gseq = found
 
     def _tail_of_last(self, envelope: bytes, chain_key: bytes) -> None:
         """The tail of the stream that wrote the log's last frame, from that frame, when its
