@@ -339,7 +339,8 @@ class GroupCommit:
         raw = self._serializer.encode(frame)
         item.payload, item.flags = self._compressor.compress(raw, fast)
         stored = len(item.payload) + HEADER_BYTES
-        if max(stored, len(raw) + HEADER_BYTES) > self.frame_bytes_max:
+        limit = self.frame_bytes_max
+        if stored > limit or len(raw) + HEADER_BYTES > limit:
             raise FrameTooLarge(
                 f"frame for stream {item.stream!r} is {stored} bytes stored "
                 f"({len(raw)} encoded), above frame_bytes_max={self.frame_bytes_max}; "
@@ -460,7 +461,7 @@ class GroupCommit:
                 continue
             deferred = it.frame if isinstance(it.frame, DeferredFrame) else None
             if deferred is not None:
-                if not deferred.own_stream_reads or sid in w.pending_sids:
+                if w.log_rows and (not deferred.own_stream_reads or sid in w.pending_sids):
                     w.write_pending()
                 frame = deferred.build(txn, it.stream, sid, seq)
                 if frame is None:
@@ -480,9 +481,12 @@ class GroupCommit:
             if it.effect is not None:
                 it.effect(txn, done, it.frame)
             it.result = done
-        w.write_pending()
+        if w.log_rows:
+            w.write_pending()
         self._gseq, self._serial = w.gseq, w.serial
-        return {**w.found_ids, **w.new_ids}
+        if w.new_ids or w.found_ids:
+            return {**w.found_ids, **w.new_ids}
+        return {}
 
     def _keep_buffered(self, batch: list[_Item], failure: StorageError) -> None:
         """After ``failure``: put the buffered frames of ``batch`` that it stopped back in
