@@ -957,7 +957,8 @@ class _LmdbRead(ReadTxn):
             ) from None
 
     def get(self, table: str, key: bytes) -> bytes | None:
-        db = self._db(table)
+        dbs = self._dbs  # (self._db(table), inline for a declared table)
+        db = dbs[table] if table in dbs else self._db(table)
         if db is None or not key:  # LMDB rejects an empty key; none can be stored anyway
             return None
         try:
@@ -1316,7 +1317,10 @@ class LmdbBackend(Backend):
 
     @property
     def max_key_bytes(self) -> int:
-        return self._handle().max_key
+        env = self._env  # (self._handle(), inline when open and not forked)
+        if env is None or env.pid != current_pid():
+            env = self._handle()
+        return env.max_key
 
     def _handle(self) -> _Env:
         env = self._env
