@@ -179,6 +179,9 @@ class GroupCommit:
     # The serial of the transaction that last wrote _gseq (WriteTxn.serial): while the next
     # one's follows it, nothing was committed in between and the log's end need not be read.
     _serial: int | None = None
+    # The items the committing thread's transaction writes, and how many times it ran.
+    _writing: list[_Item]
+    _attempts = 0
     _commits: int
     _log_bytes: int
     _frames_appended: int
@@ -350,19 +353,7 @@ class GroupCommit:
 
     def _run_write(self, items: list[_Item]) -> dict[str, int]:
         hooks = self.txn_hooks
-
-        attempts = 0
-
-        def body(txn: WriteTxn) -> dict[str, int]:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1:  # a retry: what the aborted attempt cached never committed
-                self._tails.clear()
-                self._gseq = None
-            if hooks is not None:
-                hooks.begin()
-            return self._write(txn, items)
-
+        self._writing, self._attempts = items, 0  # (for _write: a bound method, no closure)
         pre = None
         if self.backend.remote:
             early = [
@@ -379,7 +370,7 @@ class GroupCommit:
                         frame.before_lock(txn, stream, sid)
 
         try:
-            new_ids = self.backend.run_write(body, before_lock=pre)
+            new_ids = self.backend.run_write(self._write, before_lock=pre)
         except BaseException:
             self._tails.clear()  # they may hold what the aborted transaction appended
             self._gseq = None
@@ -441,9 +432,16 @@ class GroupCommit:
                 self._frames_appended += 1
         self._resolve(batch)
 
-    def _write(self, txn: WriteTxn, items: list[_Item]) -> dict[str, int]:
-        """Append ``items`` in one transaction; returns the stream ids it created or looked
-        up (kept once it commits: a stream's id never changes)."""
+    def _write(self, txn: WriteTxn) -> dict[str, int]:
+        """Append the items of :meth:`_run_write` in one transaction; returns the stream ids it
+        created or looked up (kept once it commits: a stream's id never changes)."""
+        items = self._writing
+        self._attempts += 1
+        if self._attempts > 1:  # a retry: what the aborted attempt cached never committed
+            self._tails.clear()
+            self._gseq = None
+        if self.txn_hooks is not None:
+            self.txn_hooks.begin()
         w = _TxnWriter(self, txn, items)
         known, tails = w.known, w.tails
         for it in items:
