@@ -328,7 +328,11 @@ class EventLog(GroupCommit):
         the process dies first. ``expect_seq``: conditional on the seq it gets (optimistic
         concurrency), else :class:`SequenceConflict`. ``linger``: seconds to wait for another
         thread's commit to take it (one flush for both)."""
-        item = self._make_item(stream, frame, expect_seq, effect)
+        if stream not in self._ids:  # (self._make_item, inline)
+            stream_key_bytes(stream, self._max_key)
+        if frame.__class__ is Event:
+            check_event(frame)
+        item = _Item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
             return None
