@@ -146,6 +146,13 @@ class WriteTxn(ReadTxn):
     def append(self, table: str, key: bytes, value: bytes) -> None:
         """Store a pair whose key is greater than every key in ``table`` (fast path)."""
 
+    def serial(self) -> int | None:
+        """The number this transaction commits as, when the store numbers its commits one
+        by one (LMDB's transaction id: every commit that writes takes the next): a writer
+        that sees its last commit's plus one knows nothing was committed in between, by any
+        process. ``None`` (the default): the store does not tell."""
+        return None
+
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         """Store several pairs (one backend call where the backend can)."""
         for key, value in pairs:

@@ -179,6 +179,7 @@ class _Env:
         self.pin_generation = 0
         self.seg_base_bytes = 0  # the data file's size at this process's last checkpoint
         self.data_bytes = 0  # its size when this process's current write transaction began
+        self.statx_buf = lmdb_wal.statx_buffer()  # (used under write_lock only)
         self.durability = durability
         self.readonly = readonly
         self.map_size_max = map_max
@@ -466,21 +467,30 @@ class _WriteScope:
         self.ops: list[tuple[str, bytes, bytes | None]] | None = None
 
     def __enter__(self) -> WriteTxn:
+        # (env.lock_writers, env.enter and env.begin inline: this runs around every commit)
         env = self.env
         env.write_lock.acquire()
         try:
-            fd = env.lock_fd  # env.lock_writers(), inlined: it runs around every commit
+            fd = env.lock_fd
             if fd is not None:
                 _flock(fd, _LOCK_EX)
-                links, env.data_bytes = _links_and_size(fd)  # (the segment's growth bound)
+                # (the data file's size: the segment's growth bound)
+                links, env.data_bytes = _links_and_size(fd, env.statx_buf)
                 if links == 0:
                     env.refuse_replaced()
             try:
-                env.enter()
+                with env._mutex:
+                    while env._resizing:
+                        env._cond.wait()
+                    env._active += 1
                 try:
-                    self.txn = env.begin(True, self.path)
-                except BaseException:
+                    self.txn = env.env.begin(write=True)
+                except lmdb.MapResizedError:
+                    self.txn = None
+                except BaseException as e:
                     env.leave()
+                    if isinstance(e, lmdb.Error):
+                        raise _translate(e, f"writing {self.path!r}") from e
                     raise
             except BaseException:
                 env.unlock_writers()
@@ -527,7 +537,10 @@ class _WriteScope:
                 else:
                     return  # the exception propagates
         finally:
-            env.leave()
+            with env._mutex:  # env.leave(), inline
+                env._active -= 1
+                if env._resizing:
+                    env._cond.notify_all()
             if env.lock_fd is not None:
                 _flock(env.lock_fd, _LOCK_UN)
             env.write_lock.release()
@@ -944,7 +957,8 @@ class _LmdbRead(ReadTxn):
             ) from None
 
     def get(self, table: str, key: bytes) -> bytes | None:
-        db = self._db(table)
+        dbs = self._dbs  # (self._db(table), inline for a declared table)
+        db = dbs[table] if table in dbs else self._db(table)
         if db is None or not key:  # LMDB rejects an empty key; none can be stored anyway
             return None
         try:
@@ -1082,6 +1096,10 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         super().__init__(txn, dbs)
         self._max_key = max_key
 
+    def serial(self) -> int:
+        tid: int = self._txn.id()
+        return tid
+
     def _check_key(self, key: bytes) -> None:
         if not isinstance(key, bytes) or not key:
             raise CheckpointError(f"backend keys must be non-empty bytes, got {key!r}")
@@ -1144,7 +1162,8 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         if not pairs:
             return
         self._check_keys(pairs)
-        check_ascending(table, None, pairs)  # among themselves; LMDB checks the first below
+        if len(pairs) > 1:
+            check_ascending(table, None, pairs)  # among themselves; LMDB checks the first below
         db = self._db(table)
         first_key, first_value = pairs[0]
         # MDB_APPEND refuses (returns False, writes nothing) a key not above the table's last:
@@ -1190,12 +1209,32 @@ class _LmdbLoggedWrite(_LmdbWrite):
         self.ops.append((table, key, bytes(value)))
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        super().put_many(table, pairs)
-        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
+        if len(pairs) != 1:
+            super().put_many(table, pairs)
+            self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
+            return
+        key, value = pairs[0]  # one row (a save's index row): _LmdbWrite.put_many inline
+        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
+            self._check_key(key)  # raises
+        dbs = self._dbs
+        self._txn.put(key, value, db=dbs[table] if table in dbs else self._db(table))
+        self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        super().append_many(table, pairs)
-        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
+        if len(pairs) != 1:
+            super().append_many(table, pairs)
+            self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
+            return
+        key, value = pairs[0]  # one row (a save's frame): _LmdbWrite.append_many inline
+        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
+            self._check_key(key)  # raises
+        dbs = self._dbs
+        if not self._txn.put(
+            key, value, db=dbs[table] if table in dbs else self._db(table), append=True
+        ):
+            check_ascending(table, self.last_key(table), pairs)  # raises, naming the keys
+            raise CheckpointError(f"LMDB refused to append key {key.hex()} to {table!r}")
+        self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
 
 
 class LmdbBackend(Backend):
@@ -1278,7 +1317,10 @@ class LmdbBackend(Backend):
 
     @property
     def max_key_bytes(self) -> int:
-        return self._handle().max_key
+        env = self._env  # (self._handle(), inline when open and not forked)
+        if env is None or env.pid != current_pid():
+            env = self._handle()
+        return env.max_key
 
     def _handle(self) -> _Env:
         env = self._env
@@ -1294,7 +1336,9 @@ class LmdbBackend(Backend):
         return _ReadScope(self)
 
     def write(self) -> _WriteScope:
-        env = self._handle()  # first, so a closed backend says LogClosed even when read-only
+        env = self._env  # (self._handle(), inline when open and not forked)
+        if env is None or env.pid != current_pid():
+            env = self._handle()  # first, so a closed backend says LogClosed even when read-only
         if self.readonly:
             raise ReadOnlyLog(f"{self._path!r} was opened read-only; open it writable to change it")
         return _WriteScope(self._path, env)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import errno
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -33,15 +32,13 @@ from eventlog.codec import (
     open_envelope,
     read_header,
 )
+from eventlog.commit_errors import _flush_failed, _is_storage_failure, _storage_error
 from eventlog.errors import (
     CheckpointError,
     CorruptFrame,
-    FlushFailed,
     FrameTooLarge,
-    ReadOnlyLog,
     SequenceConflict,
     StorageError,
-    StorageFull,
     WriterFailed,
 )
 from eventlog.layout import LOG, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
@@ -120,6 +117,22 @@ class _Waiter:
         return self.value
 
 
+class _Led(_Waiter):
+    """The future of an item whose caller commits the batch holding it (``EventLog.append``,
+    leading): it reads the item's result once the commit returns, so nothing is signalled."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self._set = True
+
+    def set(self, value: Any) -> None:
+        pass
+
+
+_LED = _Led()
+
+
 @dataclass(eq=False, slots=True)
 class _Item:
     stream: str
@@ -163,6 +176,12 @@ class GroupCommit:
     _committing: bool
     _tails: dict[int, tuple[int, bytes]]
     _gseq: int | None
+    # The serial of the transaction that last wrote _gseq (WriteTxn.serial): while the next
+    # one's follows it, nothing was committed in between and the log's end need not be read.
+    _serial: int | None = None
+    # The items the committing thread's transaction writes, and how many times it ran.
+    _writing: list[_Item]
+    _attempts = 0
     _commits: int
     _log_bytes: int
     _frames_appended: int
@@ -224,9 +243,13 @@ class GroupCommit:
         self._writer.start()
 
     def _take_batch_locked(self) -> list[_Item]:
-        n = min(len(self._queue), self.batch_frames_max)
+        queue = self._queue
         self._last_flush = time.monotonic()
-        return [self._queue.popleft() for _ in range(n)]
+        if len(queue) <= self.batch_frames_max:  # all of it (the usual case)
+            batch = list(queue)
+            queue.clear()
+            return batch
+        return [queue.popleft() for _ in range(self.batch_frames_max)]
 
     def _commit_safely(self, batch: list[_Item]) -> None:
         try:
@@ -319,7 +342,8 @@ class GroupCommit:
         raw = self._serializer.encode(frame)
         item.payload, item.flags = self._compressor.compress(raw, fast)
         stored = len(item.payload) + HEADER_BYTES
-        if max(stored, len(raw) + HEADER_BYTES) > self.frame_bytes_max:
+        limit = self.frame_bytes_max
+        if stored > limit or len(raw) + HEADER_BYTES > limit:
             raise FrameTooLarge(
                 f"frame for stream {item.stream!r} is {stored} bytes stored "
                 f"({len(raw)} encoded), above frame_bytes_max={self.frame_bytes_max}; "
@@ -329,19 +353,7 @@ class GroupCommit:
 
     def _run_write(self, items: list[_Item]) -> dict[str, int]:
         hooks = self.txn_hooks
-
-        attempts = 0
-
-        def body(txn: WriteTxn) -> dict[str, int]:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1:  # a retry: what the aborted attempt cached never committed
-                self._tails.clear()
-                self._gseq = None
-            if hooks is not None:
-                hooks.begin()
-            return self._write(txn, items)
-
+        self._writing, self._attempts = items, 0  # (for _write: a bound method, no closure)
         pre = None
         if self.backend.remote:
             early = [
@@ -358,7 +370,7 @@ class GroupCommit:
                         frame.before_lock(txn, stream, sid)
 
         try:
-            new_ids = self.backend.run_write(body, before_lock=pre)
+            new_ids = self.backend.run_write(self._write, before_lock=pre)
         except BaseException:
             self._tails.clear()  # they may hold what the aborted transaction appended
             self._gseq = None
@@ -368,12 +380,17 @@ class GroupCommit:
         if hooks is not None:
             hooks.committed()
         self._commits += 1
-        self._ids.update(new_ids)
-        self._names.update({v: k for k, v in new_ids.items()})
+        if new_ids:
+            self._ids.update(new_ids)
+            self._names.update({v: k for k, v in new_ids.items()})
         return new_ids
 
     def _commit(self, batch: list[_Item]) -> None:
-        frames = [it for it in batch if it.frame is not None and self._prepare(it)]
+        frames = [
+            it
+            for it in batch
+            if it.frame is not None and (isinstance(it.frame, DeferredFrame) or self._prepare(it))
+        ]
         failure: StorageError | None = None  # the storage failed: frames from it were not written
         if frames:
             try:
@@ -415,9 +432,16 @@ class GroupCommit:
                 self._frames_appended += 1
         self._resolve(batch)
 
-    def _write(self, txn: WriteTxn, items: list[_Item]) -> dict[str, int]:
-        """Append ``items`` in one transaction; returns the stream ids it created or looked
-        up (kept once it commits: a stream's id never changes)."""
+    def _write(self, txn: WriteTxn) -> dict[str, int]:
+        """Append the items of :meth:`_run_write` in one transaction; returns the stream ids it
+        created or looked up (kept once it commits: a stream's id never changes)."""
+        items = self._writing
+        self._attempts += 1
+        if self._attempts > 1:  # a retry: what the aborted attempt cached never committed
+            self._tails.clear()
+            self._gseq = None
+        if self.txn_hooks is not None:
+            self.txn_hooks.begin()
         w = _TxnWriter(self, txn, items)
         known, tails = w.known, w.tails
         for it in items:
@@ -435,7 +459,7 @@ class GroupCommit:
                 continue
             deferred = it.frame if isinstance(it.frame, DeferredFrame) else None
             if deferred is not None:
-                if not deferred.own_stream_reads or sid in w.pending_sids:
+                if w.log_rows and (not deferred.own_stream_reads or sid in w.pending_sids):
                     w.write_pending()
                 frame = deferred.build(txn, it.stream, sid, seq)
                 if frame is None:
@@ -455,9 +479,12 @@ class GroupCommit:
             if it.effect is not None:
                 it.effect(txn, done, it.frame)
             it.result = done
-        w.write_pending()
-        self._gseq = w.gseq
-        return {**w.found_ids, **w.new_ids}
+        if w.log_rows:
+            w.write_pending()
+        self._gseq, self._serial = w.gseq, w.serial
+        if w.new_ids or w.found_ids:
+            return {**w.found_ids, **w.new_ids}
+        return {}
 
     def _keep_buffered(self, batch: list[_Item], failure: StorageError) -> None:
         """After ``failure``: put the buffered frames of ``batch`` that it stopped back in
@@ -503,8 +530,10 @@ class GroupCommit:
     def _resolve(self, batch: list[_Item]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
         for it in batch:
-            res = it.result
             fut = it.future
+            if fut is _LED:
+                continue  # its caller reads it.result
+            res = it.result
             if isinstance(fut, _Waiter):
                 fut.set(res)
             elif fut is not None:
@@ -514,6 +543,8 @@ class GroupCommit:
             elif isinstance(res, BaseException):
                 with self._cond:
                     self._deferred.append(res)
+        if not by_loop:
+            return
         running = asyncio._get_running_loop()  # the loop of this thread, if it leads a commit
         for loop, items in by_loop.items():
             if loop is running:
@@ -546,6 +577,11 @@ class _TxnWriter:
         # The log's end, read in this transaction (and what append_many checks against: a
         # backend may keep it, as the PostgreSQL one does, sparing a query per commit).
         item: tuple[bytes, bytes] | None = None
+        self.serial = serial = txn.serial()
+        prev, gseq = log._serial, log._gseq
+        if prev is not None and serial == prev + 1 and gseq is not None:
+            self.gseq: int = gseq  # nothing was committed since this log's last commit
+            return
         if log.backend.remote:
             # What the deferred frames will read goes out with the first read, and the last
             # frame comes with its key: with the lock, one round trip.
@@ -566,7 +602,7 @@ class _TxnWriter:
             self.tails.clear()
             if item is not None:
                 self._tail_of_last(item[1], log.chain_key)
-        self.gseq: int = found
+        self.gseq = found
 
     def _tail_of_last(self, envelope: bytes, chain_key: bytes) -> None:
         """The tail of the stream that wrote the log's last frame, from that frame, when its
@@ -723,52 +759,6 @@ def _settle(it: _Item, res: BaseException) -> None:
         else:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
                 loop.call_soon_threadsafe(_resolve_aio, [it])
-
-
-def _is_storage_failure(e: BaseException) -> bool:
-    """An error of the medium (disk full, I/O error), not of the frames being written."""
-    return isinstance(e, OSError) and not isinstance(e, ReadOnlyLog)
-
-
-def _is_disk_full(e: BaseException) -> bool:
-    seen: BaseException | None = e
-    while seen is not None:
-        if isinstance(seen, StorageFull) or getattr(seen, "errno", None) == errno.ENOSPC:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _storage_error(e: Exception) -> StorageError:
-    """``e`` as a :class:`StorageError` (a bare ``OSError`` from the backend is wrapped)."""
-    if isinstance(e, StorageError):
-        return e
-    full = _is_disk_full(e)
-    err = StorageError(
-        f"writing the log failed: {type(e).__name__}: {e}; "
-        + (
-            "the disk is full: free space, then save again"
-            if full
-            else "check the medium the log is on, then save again"
-        )
-    )
-    err.errno = getattr(e, "errno", None)
-    err.__cause__ = e
-    return err
-
-
-def _flush_failed(failure: StorageError, kept: int) -> FlushFailed:
-    what = "the disk is full" if _is_disk_full(failure) else "the storage failed"
-    err = FlushFailed(
-        f"flush failed: {what} ({failure}). The {kept} buffered frame(s) it was to commit are "
-        "kept in memory, in order: the next flush() or close() (or a durable save of their "
-        "stream) writes them. Free space and flush again; they are lost if the process dies "
-        "first",
-        kept=kept,
-    )
-    err.errno = failure.errno
-    err.__cause__ = failure
-    return err
 
 
 def _prev_of(envelope: bytes) -> bytes:

@@ -49,11 +49,8 @@ from eventlog.codec import (
     open_envelope,
     read_header,
 )
-from eventlog.commit import Appended as Appended  # noqa: PLC0414 - re-exported
-from eventlog.commit import Deferred as Deferred  # noqa: PLC0414
-from eventlog.commit import DeferredFrame as DeferredFrame  # noqa: PLC0414
-from eventlog.commit import Effect as Effect  # noqa: PLC0414
 from eventlog.commit import (
+    _LED,
     GroupCommit,
     _Item,
     _joined,
@@ -62,12 +59,15 @@ from eventlog.commit import (
     _u64,
     _Waiter,
 )
+from eventlog.commit import Appended as Appended  # noqa: PLC0414 - re-exported
+from eventlog.commit import Deferred as Deferred  # noqa: PLC0414
+from eventlog.commit import DeferredFrame as DeferredFrame  # noqa: PLC0414
+from eventlog.commit import Effect as Effect  # noqa: PLC0414
 from eventlog.commit import TxnHooks as TxnHooks  # noqa: PLC0414
 from eventlog.errors import (
     BufferedLost,
     CheckpointError,
     CorruptFrame,
-    InvalidStreamKey,
     LogClosed,
     NotALog,
     UnsupportedFormat,
@@ -75,6 +75,8 @@ from eventlog.errors import (
 from eventlog.errors import SequenceConflict as SequenceConflict  # noqa: PLC0414
 from eventlog.frames import Event, Frame
 from eventlog.layout import CORE_TABLES, LOG, META, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.log_open import open_backend as open_backend  # noqa: PLC0414 - re-exported
+from eventlog.log_open import stream_key_bytes as stream_key_bytes  # noqa: PLC0414
 from eventlog.reports import Problem as Problem  # noqa: PLC0414 - re-exported
 from eventlog.reports import Stats as Stats  # noqa: PLC0414
 from eventlog.reports import VerifyReport as VerifyReport  # noqa: PLC0414
@@ -97,55 +99,6 @@ class StoredFrame(msgspec.Struct, Generic[F], frozen=True):
     checksum: bytes
     frame: F
     stored_bytes: int
-
-
-def open_backend(
-    location: str | os.PathLike[str],
-    *,
-    tables: Iterable[str],
-    durability: Durability | str = "fsync",
-    readonly: bool = False,
-    map_size_max: int | None = None,
-    map_size_initial: int | None = None,
-) -> Backend:
-    """The backend of a log at ``location``: a ``postgresql://host/db?schema=NAME`` URL
-    (``backends.postgres``; the map sizes do not apply) or an LMDB directory."""
-    if isinstance(location, str) and location.split("://", 1)[0] in ("postgresql", "postgres"):
-        from backends.postgres import PostgresBackend  # noqa: PLC0415 - psycopg optional
-
-        return PostgresBackend(
-            location, tables=tables, durability=durability, readonly=readonly, marker_table=META
-        )
-    from backends.lmdb import (  # noqa: PLC0415 - keep lmdb optional
-        MAP_SIZE_INITIAL,
-        MAP_SIZE_MAX,
-        LmdbBackend,
-    )
-
-    return LmdbBackend(
-        location,
-        tables=tables,
-        durability=durability,
-        readonly=readonly,
-        map_size_initial=map_size_initial or MAP_SIZE_INITIAL,
-        map_size_max=map_size_max or MAP_SIZE_MAX,
-        marker_table=META,
-    )
-
-
-def stream_key_bytes(stream: str, max_key_bytes: int) -> bytes:
-    """Validate a stream key and return its UTF-8 bytes."""
-    if not isinstance(stream, str):
-        raise InvalidStreamKey(f"stream key must be a str, got {type(stream).__name__}")
-    if not stream:
-        raise InvalidStreamKey("stream key must be a non-empty string, got ''")
-    raw = stream.encode("utf-8", "surrogatepass")
-    if len(raw) > max_key_bytes:
-        raise InvalidStreamKey(
-            f"stream key is {len(raw)} bytes of UTF-8, above the backend limit of "
-            f"{max_key_bytes}; use a shorter id (a UUID or a hash of the long one)"
-        )
-    return raw
 
 
 class EventLog(GroupCommit):
@@ -313,7 +266,7 @@ class EventLog(GroupCommit):
 
     def _enqueue(self, items: Sequence[_Item], *, durable: bool, lead: bool = False) -> None:
         """Queue (or buffer) items in call order; wake the writer unless the caller leads."""
-        with self._cond:
+        with self._mutex:  # (the condition's lock, without Condition.__enter__'s frame)
             self._check_open()
             self._ensure_writer()
             self._unstage_locked()
@@ -375,16 +328,54 @@ class EventLog(GroupCommit):
         the process dies first. ``expect_seq``: conditional on the seq it gets (optimistic
         concurrency), else :class:`SequenceConflict`. ``linger``: seconds to wait for another
         thread's commit to take it (one flush for both)."""
-        item = self._make_item(stream, frame, expect_seq, effect)
+        if stream not in self._ids:  # (self._make_item, inline)
+            stream_key_bytes(stream, self._max_key)
+        if frame.__class__ is Event:
+            check_event(frame)
+        item = _Item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
             return None
-        waiter = item.future = _Waiter()
-        self._enqueue((item,), durable=True, lead=True)
-        if not (linger > 0.0 and waiter.wait(linger)):
-            self._lead()
-        result: Appended = waiter.result()
-        return result
+        if linger > 0.0:
+            waiter = item.future = _Waiter()
+            self._enqueue((item,), durable=True, lead=True)
+            if not waiter.wait(linger):
+                self._lead()
+            result: Appended = waiter.result()
+            return result
+        # The usual call, in one hold of the lock: queue it (as _enqueue does) and, when no
+        # commit runs, take the batch (as _lead does); a caller whose item is in the batch it
+        # commits reads its result from the item (nothing to signal: its future is _LED).
+        with self._mutex:
+            if self._failed is not None or self._closed:
+                self._check_open()
+            if self._writer is None or self._pid != current_pid():
+                self._ensure_writer()
+            if self.stager is not None:
+                self._unstage_locked()
+            queue = self._queue
+            buffered = self._buffers.pop(stream, None)
+            if buffered:
+                self._buffered -= sum(b.saves for b in buffered)
+                queue.extend(buffered)
+            queue.append(item)
+            if self._committing:
+                waiter = item.future = _Waiter()
+                self._cond.notify()
+                batch = None
+            else:
+                self._committing = True
+                batch = self._take_batch_locked()
+                waiter = item.future = _LED if batch[-1] is item else _Waiter()
+        if batch is not None:
+            self._commit_taken(batch)
+        if waiter is _LED:
+            res = item.result
+            if isinstance(res, BaseException):
+                raise res
+            return res  # type: ignore[return-value]
+        done: Appended = waiter.result()
+        return done
 
     def _lead(self) -> bool:
         """Commit the queue in this (synchronous) caller's thread when no commit is running;
@@ -394,11 +385,16 @@ class EventLog(GroupCommit):
         dominate a lone durable append. Commits stay mutually exclusive (``_committing``), so
         the order and the single-committer invariants hold whichever thread commits.
         """
-        with self._cond:
+        with self._mutex:  # (the condition's lock, without Condition.__enter__'s frame)
             if self._committing or not self._queue:
                 return False
             self._committing = True
             batch = self._take_batch_locked()
+        self._commit_taken(batch)
+        return True
+
+    def _commit_taken(self, batch: list[_Item]) -> None:
+        """Commit ``batch``, taken off the queue by this caller (``_committing`` set)."""
         try:
             self._commit_safely(batch)
         except BaseException as e:
@@ -406,11 +402,10 @@ class EventLog(GroupCommit):
             if not isinstance(e, Exception):
                 raise  # KeyboardInterrupt, SystemExit: still the caller's to see
         finally:
-            with self._cond:
+            with self._mutex:
                 self._committing = False
                 if self._queue:
                     self._cond.notify()  # the writer takes what arrived meanwhile
-        return True
 
     def append_many(
         self, items: Iterable[tuple[str, Any]], *, durable: bool = True

@@ -222,3 +222,34 @@ def test_links_and_size_read_without_timestamps_match_fstat(tmp_path: Path) -> N
         os.close(fd)
     with pytest.raises(OSError):
         lmdb_wal.links_and_size(fd)
+
+
+@pytest.mark.parametrize("durability", ["fsync", "process"])
+def test_a_writer_reads_the_log_end_again_after_any_other_commit(
+    tmp_path: Path, durability: str
+) -> None:
+    """A writer skips reading the log's end only while its transaction's serial follows its
+    own last commit's (WriteTxn.serial): a commit by another writer, or any other write
+    transaction, in between makes it read the end again."""
+    from eventlog.frames import Event  # noqa: PLC0415
+    from eventlog.log import EventLog  # noqa: PLC0415
+
+    ev = Event(name="x", data=b"y", at=1.0)
+    a = EventLog.open(tmp_path / "log", durability=durability)
+    b = EventLog.open(tmp_path / "log", durability=durability)  # another writer, same env
+    try:
+        for i in range(6):
+            done = (a if i % 3 else b).append("s", ev)
+            assert done is not None
+            assert (done.seq, done.global_seq) == (i + 1, i + 1)
+        a.backend.run_write(lambda txn: txn.put("meta", b"other", b"1"))  # no frame of it
+        done = a.append("s", ev)
+        assert done is not None
+        assert (done.seq, done.global_seq) == (7, 7)
+        done = b.append("t", ev)
+        assert done is not None
+        assert (done.seq, done.global_seq) == (1, 8)
+        assert a.verify().ok
+    finally:
+        b.close()
+        a.close()
