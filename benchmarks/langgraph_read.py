@@ -479,34 +479,34 @@ def markdown(lmdb: dict[str, Any] | None, pg: dict[str, Any] | None) -> str:
 
 
 LG_READ_NOTES = """\
-What the figures show (both runs 2026-11-28 16:37-16:50 UTC on the code of #27's fifth pass, a
-quiet machine: LMDB at load 0.4-0.8, PostgreSQL at 0.7-1.1, nothing else running). This pass:
-a patch is applied to its keyframe's row in place (libzstd's `ZSTD_decompress_usingDict`
-through zstandard's cffi binding, one decompression context per thread), so nothing is built
-or kept per keyframe; on PostgreSQL a read by id is one statement (stream id, read row and
-write rows joined, `Backend.get_named_now`) and keyframe rows are kept (a round trip there).
-LMDB ratios: every cell is met but the 64 KiB read by id at 10,000 and 100,000 steps, at
-parity: **0.99x** (75 / 74 µs) and **0.98x** (58 / 57 µs); the last pass had 1.06x and 0.71x
-(120 / 85 µs) there. What that read does: the stream id, the read row and the write rows (three
-lookups), the keyframe's row copied out of the map (64 KiB), the patch decoded into a buffer
-and copied out (64 KiB), the value deserialized; instrumented, ~16 µs each for the row copy and
-the decode, ~12 for the read row, the rest the Python around them. What would pass it: the
-keyframe applied from a view of the map inside the read transaction (no copy out) and decoded
-into the result's own bytes (no second copy). LMDB flatness (ckptlog at 100,000 steps over
-100): met but for the 64 KiB read by id (**1.35**) and full `list` per item (**1.63**). At 100
-steps the saver still holds every value it wrote (32 MiB of them), so those two rows compare a
-value kept with one read and patched (at 100 steps 43 µs a read by id, 23 µs a list item; a
-reader that kept nothing pays at 100 steps what it pays at 100,000). The run before this one,
-on the same code without `gc.freeze` (load 1.7-2.0), missed 8 flatness cells, SqliteSaver's own
-latencies growing alike (small read by id 24 -> 48 µs for SqliteSaver, 18 -> 34 for ckptlog):
-the cyclic GC walking the benchmark's own 100,000-step thread. PostgreSQL (`--pg`, threads to
-10,000 steps): every ratio is met (2.61-207x; a small read by id at 100 steps 2.68x, was
-0.93x in this session's first run, before the one-statement read); flatness is missed for the
-small `list(limit=20)` (**1.23**) and the 64 KiB `get_tuple` latest (**1.26**), read by id
-(**1.32**) and full `list` per item (**1.62**): at 100 steps the 64 KiB values were kept by the
-writer, at 10,000 each read fetches a 64 KiB TOAST value (130-170 µs against 55 µs for an
-empty statement). The async rows are ahead because the async SQLite and PostgreSQL savers pay
-their driver's own event loop hop. `docs/design.md` ("LangGraph reads")."""
+What the figures show (both runs 2026-11-28 19:34-19:38 UTC on `0752b89`, a quiet machine:
+load 0.2-0.9, nothing else running). This pass (#27's sixth): a patched value that LangGraph's
+own serde decodes from msgpack is deserialized from the patch's decompression buffer (no 64
+KiB copy out; a `bytes` value, or another serde's, gets its copy), a read's write rows come
+from one C-speed prefix read, and on PostgreSQL both stores are vacuumed after each build (as
+autovacuum would be before a thread built at agent speed is read: a 10,000-step burst in
+seconds left ckptlog's rewritten `lg_latest` rows, TOASTed at 64 KiB, full of dead versions;
+PostgresSaver only inserts). LMDB: every ratio is met, 1.02-2.22x; the 64 KiB read by id, at
+parity in the last pass (0.99x, 0.98x), is 1.02x at 10,000 steps (48.2 / 49.1 µs) and 1.07x at
+100,000 (49.4 / 53.0 µs). Flatness (ckptlog at 100,000 steps over 100) is met everywhere but
+the 64 KiB read by id (**2.11**) and full `list` per item (**1.81**). At 100 steps the saver
+still holds every value it wrote (32 MiB), so those rows compare a kept value (23.4 µs) with
+one patched from a keyframe nobody read lately: about the small read's 18 µs, the keyframe
+row (~4 µs), the patch applied (5 µs when the keyframe is in the CPU's cache, 13.5 µs for a
+random one of the ~1,540: memory, the decoder runs at about memcpy speed) and the value
+deserialized (~5 µs). Measured and not kept: a view of the map instead of the row's copy (the
+cold pages then cost the decoder the same: 48.9 µs both ways) and the row read by `pread` (22
+against 18 µs a keyframe); the splice patch of the last pass (joining up to 129 slices in
+Python) cost more than zstd. So a reader that kept nothing pays at 100 steps about what it pays
+at 100,000, and no change of the patch format gets under the cold memory a 64 KiB value needs.
+PostgreSQL (`--pg`, threads to 10,000 steps): every ratio is met (1.86-17.7x); flatness is met
+for the small state (<= 1.10; `list(limit=20)` was 1.23) and missed for the 64 KiB
+`get_tuple` latest (**1.22**, 180 -> 220 µs), read by id (**1.58**) and full `list` per item
+(**1.30**, was 1.62): the 64 KiB values of the short thread are kept by the writer; at 10,000
+steps each read fetches a 64 KiB TOAST value, and the server's 128 MiB of shared buffers no
+longer hold the tables once PostgresSaver's 640 MB sit beside them. The async rows are ahead
+because the async SQLite and PostgreSQL savers pay their driver's own event loop hop.
+`docs/design.md` ("LangGraph reads")."""
 
 
 def stored_section(lmdb: Path = RESULTS, pg: Path = RESULTS_PG) -> str | None:
