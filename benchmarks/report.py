@@ -759,16 +759,16 @@ def _target_lines(payload: dict[str, Any]) -> list[str]:
 
 PARTIAL_MARK = "partial run"
 PARTIAL_NOTE = (
-    "Rows marked *{mark}* were measured by `{command}` ({when} UTC on `{git}`, `{json}`); the "
-    "others come from the run this page was generated from"
+    "Rows marked *{mark} {when}* were measured by `{command}` ({when} UTC on `{git}`, "
+    "`{json}`); rows without a mark come from the run this page was generated from."
 )
 
 
 def refresh_targets(doc: Path, payload: dict[str, Any], json_path: str) -> Path:
     """The Targets table of ``doc`` with the rows a partial run measured replaced (or added),
-    each marked as from that run, and a line under the table naming it: a run of some
-    scenarios keeps the page's targets true for those scenarios, the other rows staying those
-    of the full run the page was generated from."""
+    each marked with that run's time, and a line under the table naming each partial run whose
+    rows are still there: a run of some scenarios keeps the page's targets true for those
+    scenarios, the other rows staying those of the run the page was generated from."""
     measured = [t for t in payload.get("targets", []) if t["value"] is not None]
     text = doc.read_text(encoding="utf-8")
     head, sep, rest = text.partition("\n## Targets\n")
@@ -781,20 +781,32 @@ def refresh_targets(doc: Path, payload: dict[str, Any], json_path: str) -> Path:
     note = PARTIAL_NOTE.format(
         mark=PARTIAL_MARK, command=payload.get("command", "?"), when=when, git=git, json=json_path
     )
-    fresh = {row.split(" | ", 1)[0]: row for row in _target_lines({"targets": measured})[2:]}
-    lines, seen = [], set()
+    mark = f" · *{PARTIAL_MARK} {when}* |"
+    fresh = {
+        row.split(" | ", 1)[0]: row[:-2] + mark for row in _target_lines({"targets": measured})[2:]
+    }
+    lines: list[str] = []
+    notes: dict[str, str] = {}  # a partial run's time -> its line
+    seen = set()
     for line in body.split("\n"):
-        if line.startswith("Rows marked *" + PARTIAL_MARK):
-            continue  # the previous partial run's line: replaced below
+        if line.startswith(f"Rows marked *{PARTIAL_MARK} "):
+            notes[line.split("*")[1]] = line  # kept below while rows of that run remain
+            continue
         name = line.split(" | ", 1)[0]
         if line.startswith("| ") and name in fresh:
-            lines.append(fresh[name][:-2] + f" · *{PARTIAL_MARK}* |")
+            lines.append(fresh[name])
             seen.add(name)
         else:
             lines.append(line)
     last = max(i for i, line in enumerate(lines) if line.startswith("|"))
-    added = [fresh[n][:-2] + f" · *{PARTIAL_MARK}* |" for n in fresh if n not in seen]
-    lines[last + 1 : last + 1] = [*added, "", note + "."]
+    lines[last + 1 : last + 1] = [fresh[n] for n in fresh if n not in seen]
+    notes[f"{PARTIAL_MARK} {when}"] = note
+    table = "\n".join(line for line in lines if line.startswith("|"))
+    kept = [line for key, line in notes.items() if f"*{key}*" in table]
+    last = max(i for i, line in enumerate(lines) if line.startswith("|"))
+    while last + 1 < len(lines) and not lines[last + 1].strip():
+        del lines[last + 1]  # the blank lines the previous notes left
+    lines[last + 1 : last + 1] = ["", *kept, ""]
     body = "\n".join(lines)
     tmp = doc.with_name(doc.name + ".tmp")
     tmp.write_text(head + sep + body + nxt + tail, encoding="utf-8")

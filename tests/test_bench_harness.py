@@ -606,8 +606,9 @@ def test_limits_beaten_by_the_raw_lmdb_rows_of_their_own_run_are_flagged() -> No
 
 def test_a_partial_run_refreshes_the_targets_it_measured_and_says_so(tmp_path: Path) -> None:
     """``--doc`` after a run of some scenarios replaces the Targets rows that run measured
-    (marked as from it) and adds the ones the table lacked; the other rows stay, and a line
-    under the table names the run (one line, however many partial runs followed)."""
+    (marked with its time) and adds the ones the table lacked; the other rows stay, and a line
+    under the table names each partial run whose rows are still there (a later run of the
+    same rows replaces the earlier one's line)."""
     from benchmarks.report import PARTIAL_MARK, refresh_targets  # noqa: PLC0415
 
     doc = tmp_path / "benchmarks.md"
@@ -623,32 +624,42 @@ def test_a_partial_run_refreshes_the_targets_it_measured_and_says_so(tmp_path: P
     def target(name: str, value: float | None, met: bool | None) -> dict[str, Any]:
         return {"name": name, "definition": "d", "value": value, "target": ">= 1.2", "met": met}
 
-    for value in (1.31, 1.25):
+    def run(at: str, command: str, targets: list[dict[str, Any]]) -> None:
         payload = {
-            "command": "python -m benchmarks run --scenario instances",
-            "environment": {
-                "timestamp_utc": "2026-11-28T19:50:01+00:00",
-                "git": {"commit": "abcdef0123", "dirty": False},
-            },
-            "targets": [
-                target("instances N=10,000 fsync save_instance vs sqlite-rows", value, True),
+            "command": command,
+            "environment": {"timestamp_utc": at, "git": {"commit": "abcdef0123", "dirty": False}},
+            "targets": targets,
+        }
+        refresh_targets(doc, payload, "benchmarks/results/bench.partial.json")
+
+    inst = "instances N=10,000 fsync save_instance vs sqlite-rows"
+    for value in (1.31, 1.25):  # the same rows again: the second run's line replaces the first
+        run(
+            "2026-11-28T19:50:01+00:00" if value == 1.25 else "2026-11-28T19:40:01+00:00",
+            "python -m benchmarks run --scenario instances",
+            [
+                target(inst, value, True),
                 target("instances N=10,000,000 fsync save_instance completes", 1.0, True),
                 target("linear 4 KiB state", None, None),  # not measured: left alone
             ],
-        }
-        refresh_targets(doc, payload, "benchmarks/results/bench.partial.json")
+        )
+    run("2026-11-28T20:00:01+00:00", "python -m benchmarks run --scenario linear", [
+        target("linear 200 B state", 4.9, False)
+    ])  # fmt: skip
     text = doc.read_text(encoding="utf-8")
-    assert "| linear 200 B state | a | 5.13 | >= 5 | met |" in text
-    assert (
-        f"| instances N=10,000 fsync save_instance vs sqlite-rows | d | 1.25 | >= 1.2 | met · "
-        f"*{PARTIAL_MARK}* |" in text
-    )
+    at_1950, at_2000 = f"*{PARTIAL_MARK} 2026-11-28 19:50*", f"*{PARTIAL_MARK} 2026-11-28 20:00*"
+    assert f"| {inst} | d | 1.25 | >= 1.2 | met · {at_1950} |" in text
+    assert f"| linear 200 B state | d | 4.90 | >= 1.2 | **missed** · {at_2000} |" in text
     assert "1.31" not in text
     assert "0.70" not in text
-    assert f"| 1.00 | >= 1.2 | met · *{PARTIAL_MARK}* |" in text  # a row the table lacked
+    assert "5.13" not in text
+    assert f"| 1.00 | >= 1.2 | met · {at_1950} |" in text  # a row the table lacked
     assert "linear 4 KiB state" not in text
-    assert text.count(f"Rows marked *{PARTIAL_MARK}*") == 1
-    run = "`python -m benchmarks run --scenario instances` (2026-11-28 19:50 UTC on `abcdef0`"
-    assert run in text
-    assert text.index(f"Rows marked *{PARTIAL_MARK}*") < text.index("A paragraph about the table")
+    assert "19:40" not in text  # no row of that run is left: its line is gone
+    assert text.count(f"Rows marked {at_1950}") == 1
+    assert text.count(f"Rows marked {at_2000}") == 1
+    assert (
+        "`python -m benchmarks run --scenario instances` (2026-11-28 19:50 UTC on `abcdef0`" in text
+    )
+    assert text.index("Rows marked") < text.index("A paragraph about the table")
     assert text.endswith("## Environment\n\nkept\n")
