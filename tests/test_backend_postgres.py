@@ -238,7 +238,10 @@ def test_a_flush_cut_off_after_its_commit_is_made_durable_not_retried(
 ) -> None:
     """The connection dies after the COMMIT succeeded, during the flush behind it: the write is
     neither retried (it would save twice) nor reported failed; the backend flushes on a new
-    connection and returns."""
+    connection and returns. Whether the client read the COMMIT's answer before the connection
+    died is a race (on a loaded machine the server often ends the session first): then it
+    resolves a cut COMMIT by the transaction's status instead of a cut flush, and the outcome
+    must be the same."""
     import backends.postgres as pg  # noqa: PLC0415
 
     backend = PostgresBackend(pg_schemas.url(tmp_path), tables=TABLES)
@@ -256,8 +259,9 @@ def test_a_flush_cut_off_after_its_commit_is_made_durable_not_retried(
         with caplog.at_level("WARNING", logger="ckptlog.postgres"):
             backend.run_write(fn)
         assert calls == [1]  # not retried
-        assert "flush after the commit" in caplog.text
-        assert "it had committed" in caplog.text
+        # "flush after the commit of N" (the COMMIT's answer came back) or "commit of N"
+        assert "was cut off; it had committed" in caplog.text
+        assert "rolled back" not in caplog.text
         monkeypatch.undo()
         backend.run_write(fn)  # still writable
         with backend.read() as r:
