@@ -326,9 +326,8 @@ class GroupCommit:
         return err
 
     def _prepare(self, item: _Item) -> bool:
-        """Encode and compress outside the transaction; ``False`` when the item failed."""
-        if isinstance(item.frame, DeferredFrame):
-            return True  # built and encoded inside the transaction
+        """Encode and compress outside the transaction (a frame that is not deferred: a
+        ``DeferredFrame`` is built and encoded inside it); ``False`` when the item failed."""
         try:
             self._encode(item, item.frame)
         except BaseException as e:  # noqa: BLE001 - delivered to the caller, never swallowed

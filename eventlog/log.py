@@ -264,19 +264,31 @@ class EventLog(GroupCommit):
             check_event(frame)
         return _Item(stream, frame, expect_seq, effect)
 
+    def _admit_locked(self) -> None:
+        """Under the lock, before queueing: the log is open, has its writer, and holds no
+        staged values (the checks inline: each call is a no-op on the usual append)."""
+        if self._failed is not None or self._closed:
+            self._check_open()
+        if self._writer is None or self._pid != current_pid():
+            self._ensure_writer()
+        if self.stager is not None:
+            self._unstage_locked()
+
+    def _queue_locked(self, it: _Item) -> None:
+        """Under the lock: queue durable ``it``, its stream's buffered frames first."""
+        buffered = self._buffers.pop(it.stream, None)
+        if buffered:
+            self._buffered -= sum(b.saves for b in buffered)
+            self._queue.extend(buffered)
+        self._queue.append(it)
+
     def _enqueue(self, items: Sequence[_Item], *, durable: bool, lead: bool = False) -> None:
         """Queue (or buffer) items in call order; wake the writer unless the caller leads."""
         with self._mutex:  # (the condition's lock, without Condition.__enter__'s frame)
-            self._check_open()
-            self._ensure_writer()
-            self._unstage_locked()
+            self._admit_locked()
             if durable:
                 for it in items:
-                    buffered = self._buffers.pop(it.stream, None)
-                    if buffered:
-                        self._buffered -= sum(b.saves for b in buffered)
-                        self._queue.extend(buffered)
-                    self._queue.append(it)
+                    self._queue_locked(it)
                 if not lead or self._committing:
                     self._cond.notify()
             else:
@@ -328,11 +340,7 @@ class EventLog(GroupCommit):
         the process dies first. ``expect_seq``: conditional on the seq it gets (optimistic
         concurrency), else :class:`SequenceConflict`. ``linger``: seconds to wait for another
         thread's commit to take it (one flush for both)."""
-        if stream not in self._ids:  # (self._make_item, inline)
-            stream_key_bytes(stream, self._max_key)
-        if frame.__class__ is Event:
-            check_event(frame)
-        item = _Item(stream, frame, expect_seq, effect)
+        item = self._make_item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
             return None
@@ -347,18 +355,8 @@ class EventLog(GroupCommit):
         # commit runs, take the batch (as _lead does); a caller whose item is in the batch it
         # commits reads its result from the item (nothing to signal: its future is _LED).
         with self._mutex:
-            if self._failed is not None or self._closed:
-                self._check_open()
-            if self._writer is None or self._pid != current_pid():
-                self._ensure_writer()
-            if self.stager is not None:
-                self._unstage_locked()
-            queue = self._queue
-            buffered = self._buffers.pop(stream, None)
-            if buffered:
-                self._buffered -= sum(b.saves for b in buffered)
-                queue.extend(buffered)
-            queue.append(item)
+            self._admit_locked()
+            self._queue_locked(item)
             if self._committing:
                 waiter = item.future = _Waiter()
                 self._cond.notify()
