@@ -467,7 +467,7 @@ class _WriteScope:
         self.ops: list[tuple[str, bytes, bytes | None]] | None = None
 
     def __enter__(self) -> WriteTxn:
-        # (env.lock_writers, env.enter and env.begin inline: this runs around every commit)
+        # (env.lock_writers inline, with the data file's size read by the same statx)
         env = self.env
         env.write_lock.acquire()
         try:
@@ -479,18 +479,11 @@ class _WriteScope:
                 if links == 0:
                     env.refuse_replaced()
             try:
-                with env._mutex:
-                    while env._resizing:
-                        env._cond.wait()
-                    env._active += 1
+                env.enter()
                 try:
-                    self.txn = env.env.begin(write=True)
-                except lmdb.MapResizedError:
-                    self.txn = None
-                except BaseException as e:
+                    self.txn = env.begin(True, self.path)
+                except BaseException:
                     env.leave()
-                    if isinstance(e, lmdb.Error):
-                        raise _translate(e, f"writing {self.path!r}") from e
                     raise
             except BaseException:
                 env.unlock_writers()
@@ -537,10 +530,7 @@ class _WriteScope:
                 else:
                     return  # the exception propagates
         finally:
-            with env._mutex:  # env.leave(), inline
-                env._active -= 1
-                if env._resizing:
-                    env._cond.notify_all()
+            env.leave()
             if env.lock_fd is not None:
                 _flock(env.lock_fd, _LOCK_UN)
             env.write_lock.release()
@@ -1186,9 +1176,7 @@ class _LmdbLoggedWrite(_LmdbWrite):
     of a durable commit (backends/lmdb_wal.py). Values are copied by ``bytes`` already."""
 
     def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        self._txn = txn  # (the two parents' __init__ inline: one per durable commit)
-        self._dbs = dbs
-        self._max_key = max_key
+        super().__init__(txn, dbs, max_key)
         self.ops: list[tuple[str, bytes, bytes | None]] = []
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
@@ -1209,32 +1197,12 @@ class _LmdbLoggedWrite(_LmdbWrite):
         self.ops.append((table, key, bytes(value)))
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        if len(pairs) != 1:
-            super().put_many(table, pairs)
-            self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
-            return
-        key, value = pairs[0]  # one row (a save's index row): _LmdbWrite.put_many inline
-        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
-            self._check_key(key)  # raises
-        dbs = self._dbs
-        self._txn.put(key, value, db=dbs[table] if table in dbs else self._db(table))
-        self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
+        super().put_many(table, pairs)
+        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        if len(pairs) != 1:
-            super().append_many(table, pairs)
-            self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
-            return
-        key, value = pairs[0]  # one row (a save's frame): _LmdbWrite.append_many inline
-        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
-            self._check_key(key)  # raises
-        dbs = self._dbs
-        if not self._txn.put(
-            key, value, db=dbs[table] if table in dbs else self._db(table), append=True
-        ):
-            check_ascending(table, self.last_key(table), pairs)  # raises, naming the keys
-            raise CheckpointError(f"LMDB refused to append key {key.hex()} to {table!r}")
-        self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
+        super().append_many(table, pairs)
+        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
 
 
 class LmdbBackend(Backend):
@@ -1317,10 +1285,7 @@ class LmdbBackend(Backend):
 
     @property
     def max_key_bytes(self) -> int:
-        env = self._env  # (self._handle(), inline when open and not forked)
-        if env is None or env.pid != current_pid():
-            env = self._handle()
-        return env.max_key
+        return self._handle().max_key
 
     def _handle(self) -> _Env:
         env = self._env
@@ -1336,9 +1301,7 @@ class LmdbBackend(Backend):
         return _ReadScope(self)
 
     def write(self) -> _WriteScope:
-        env = self._env  # (self._handle(), inline when open and not forked)
-        if env is None or env.pid != current_pid():
-            env = self._handle()  # first, so a closed backend says LogClosed even when read-only
+        env = self._handle()  # first, so a closed backend says LogClosed even when read-only
         if self.readonly:
             raise ReadOnlyLog(f"{self._path!r} was opened read-only; open it writable to change it")
         return _WriteScope(self._path, env)
