@@ -47,7 +47,6 @@ import os
 import struct
 import sys
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -263,34 +262,24 @@ def share(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_SH)
 
 
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+def _libc_function(name: str) -> Any:
+    """The C library's function ``name`` through ctypes (``restype`` int), ``None`` off Linux
+    or when this libc has none."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     fn.restype = ctypes.c_int
     return fn
 
 
-_SYNC_FILE_RANGE = _sync_file_range()
+_SYNC_FILE_RANGE = _libc_function("sync_file_range")
+if _SYNC_FILE_RANGE is not None:
+    _SYNC_FILE_RANGE.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
 _SYNC_FILE_RANGE_WRITE = 2
-
-
-def _statx() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None).statx  # (no argtypes: plain ints and buffers convert faster)
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_STATX = _statx()
+_STATX = _libc_function("statx")  # (no argtypes: plain ints and buffers convert faster)
 _STATX_NLINK_SIZE = 0x4 | 0x200  # STATX_NLINK | STATX_SIZE: no timestamps asked for
 _AT_EMPTY_PATH = 0x1000
 _StatxBuf = ctypes.c_char * 256  # struct statx
