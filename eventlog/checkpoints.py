@@ -118,8 +118,6 @@ from eventlog.records import (
 )
 from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
-    _SCALARS,
-    LOOP_KEYS_MAX,
     QUICK_ERRORS,
     STATES,
     RecordChecker,
@@ -129,7 +127,7 @@ from eventlog.validate import (
     check_instance_save,
     encode_progress,
     fail,
-    plain_results,
+    plain_result,
     quick_progress,
 )
 from projections.records import (
@@ -291,19 +289,10 @@ class CheckpointLog(HeadCache):
             and progress.result_is_error.__class__ is bool
             and progress.completed_inner_positions is _NO_POSITIONS
         ):
-            r = progress.result
             try:  # quick_progress, inline
                 raw = _encode_progress(progress)
-                if r.__class__ is dict:  # str keys, scalar values: lossless (validate.plain_result)
-                    if len(r) > LOOP_KEYS_MAX:
-                        raw = raw if plain_results([r]) else quick_progress(progress)
-                    else:
-                        for k in r:
-                            if k.__class__ is not str or r[k].__class__ not in _SCALARS:
-                                raw = quick_progress(progress)  # the exact test (a typed decode)
-                                break
-                elif r.__class__ not in _SCALARS:
-                    raw = quick_progress(progress)
+                if not plain_result(progress.result):  # a scalar, or str keys, scalar values
+                    raw = quick_progress(progress)  # the exact test (a typed decode)
             except QUICK_ERRORS:  # the slow path below decides
                 raw = None
             if raw is not None:
