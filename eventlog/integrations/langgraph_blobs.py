@@ -198,11 +198,10 @@ def materialize(
     copying: frozenset[str] = frozenset(),
 ) -> Any:
     """The value a blob chain (from :meth:`BlobReader.chain`) stores: the full bytes, patched
-    in turn, then the appended tails. Needs no transaction (but a :class:`KeyframeView` of the
-    map is valid inside its own only). With ``keep_head`` keeps the patched bytes (the newest
-    value: read again next). ``copying``: the serde types whose ``loads`` keeps nothing of the
-    bytes it is given (it builds new objects): a patched value of one is decoded from the
-    patch's scratch buffer, not from a copy of it."""
+    in turn, then the appended tails. Needs no transaction. With ``keep_head`` keeps the
+    patched bytes (the newest value: read again next). ``copying``: the serde types whose
+    ``loads`` keeps nothing of the bytes it is given (it builds new objects): a patched value
+    of one is decoded from the patch's scratch buffer, not from a copy of it."""
     i = 0
     while chain[i][1].kind == BLOB_APPEND:
         i += 1

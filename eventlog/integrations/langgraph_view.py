@@ -223,7 +223,7 @@ def _verify_keyframes(log: EventLog, txn: ReadTxn, sid: int, name: str) -> list[
         except CheckpointError:
             bad += 1
             continue
-        typ, data = decode_keyframe(bytes(raw))
+        typ, data = decode_keyframe(raw)
         if blob.kind != BLOB_FULL or typ != blob.type or data != blob.data:
             bad += 1
     if bad:
