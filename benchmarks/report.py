@@ -799,14 +799,14 @@ def refresh_targets(doc: Path, payload: dict[str, Any], json_path: str) -> Path:
         else:
             lines.append(line)
     last = max(i for i, line in enumerate(lines) if line.startswith("|"))
-    lines[last + 1 : last + 1] = [fresh[n] for n in fresh if n not in seen]
+    added = [row for name, row in fresh.items() if name not in seen]
     notes[f"{PARTIAL_MARK} {when}"] = note
-    table = "\n".join(line for line in lines if line.startswith("|"))
+    table = "\n".join([*lines[: last + 1], *added])
     kept = [line for key, line in notes.items() if f"*{key}*" in table]
-    last = max(i for i, line in enumerate(lines) if line.startswith("|"))
-    while last + 1 < len(lines) and not lines[last + 1].strip():
-        del lines[last + 1]  # the blank lines the previous notes left
-    lines[last + 1 : last + 1] = ["", *kept, ""]
+    end = last + 1
+    while end < len(lines) and not lines[end].strip():
+        end += 1  # the blank lines the previous notes left
+    lines[last + 1 : end] = [*added, "", *kept, ""]
     body = "\n".join(lines)
     tmp = doc.with_name(doc.name + ".tmp")
     tmp.write_text(head + sep + body + nxt + tail, encoding="utf-8")
