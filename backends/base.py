@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Literal, TypeVar
 
@@ -101,18 +101,27 @@ class ReadTxn(abc.ABC):
         return sum(1 for _ in self.scan(table))
 
     def get_many_linked(
-        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+        self,
+        table: str,
+        keys: list[bytes],
+        link: bytes,
+        prefix: bytes,
+        width: int,
+        skip: Collection[bytes] = (),
     ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
         """What :meth:`get_many` returns for ``keys``, and the rows the row ``link`` names:
         its value is a zero byte then keys of ``width`` bytes, each stored as ``prefix`` + it
         (another first byte: it names none). The named rows come as ``(key, value)`` pairs,
-        in no particular order, those absent left out (one statement where the backend is a
-        server: the lookup of the named rows is joined to the row naming them)."""
+        in no particular order, those absent left out, and those whose key is in ``skip``
+        too (rows the caller holds: not read, not sent). One statement where the backend is
+        a server: the lookup of the named rows is joined to the row naming them."""
         found = self.get_many(table, [*keys, link])
         raw = found.pop()
         named: list[tuple[bytes, bytes]] = []
         if raw and raw[0] == 0 and width > 0:
             refs = [prefix + raw[i : i + width] for i in range(1, len(raw) - width + 1, width)]
+            if skip:
+                refs = [r for r in refs if r not in skip]
             for k, v in zip(refs, self.get_many(table, refs), strict=True):
                 if v is not None:
                     named.append((k, v))
@@ -208,12 +217,18 @@ class Backend(abc.ABC):
             return txn.get_many(table, keys)
 
     def get_many_linked_now(
-        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+        self,
+        table: str,
+        keys: list[bytes],
+        link: bytes,
+        prefix: bytes,
+        width: int,
+        skip: Collection[bytes] = (),
     ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
         """:meth:`ReadTxn.get_many_linked` as a transaction of its own (one statement, one
         round trip, on a server)."""
         with self.read() as txn:
-            return txn.get_many_linked(table, keys, link, prefix, width)
+            return txn.get_many_linked(table, keys, link, prefix, width, skip)
 
     def get_named_now(
         self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes

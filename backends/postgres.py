@@ -73,7 +73,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -253,7 +253,8 @@ class _Sql:
             "SELECT d.k, d.v, true FROM {t} AS r "
             "CROSS JOIN LATERAL generate_series(2, length(r.v) - %b::int + 1, %b::int) AS i "
             "JOIN {t} AS d ON d.k = %b::bytea || substring(r.v FROM i FOR %b::int) "
-            "WHERE r.k = %b AND substring(r.v FROM 1 FOR 1) = '\\x00'::bytea"
+            "WHERE r.k = %b AND substring(r.v FROM 1 FOR 1) = '\\x00'::bytea "
+            "AND NOT d.k = ANY(%b::bytea[])"  # rows the caller holds: never detoasted or sent
         )
         self.last = r("SELECT k FROM {t} ORDER BY k DESC LIMIT 1")
         self.count = r("SELECT count(*) FROM {t}")
@@ -361,14 +362,21 @@ class _PgRead(ReadTxn):
         return [found.get(k) for k in keys]
 
     def get_many_linked(
-        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+        self,
+        table: str,
+        keys: list[bytes],
+        link: bytes,
+        prefix: bytes,
+        width: int,
+        skip: Collection[bytes] = (),
     ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
         """One statement: the lookup of the rows ``link`` names is joined to it."""
         s = self._readable(table)
         if s is None:
             return [None] * len(keys), []
         ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
-        rows = self._q(s.linked, (_bytea_array(ok), width, width, prefix, width, link))
+        args = (_bytea_array(ok), width, width, prefix, width, link, _bytea_array(list(skip)))
+        rows = self._q(s.linked, args)
         found = {bytes(k): v for k, v, named in rows if not named}
         return [found.get(k) for k in keys], [(bytes(k), v) for k, v, named in rows if named]
 
@@ -1559,10 +1567,16 @@ class PostgresBackend(Backend):
         return self._now(lambda r: r.get_many(table, keys))
 
     def get_many_linked_now(
-        self, table: str, keys: list[bytes], link: bytes, prefix: bytes, width: int
+        self,
+        table: str,
+        keys: list[bytes],
+        link: bytes,
+        prefix: bytes,
+        width: int,
+        skip: Collection[bytes] = (),
     ) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
         """One statement on an idle reader."""
-        return self._now(lambda r: r.get_many_linked(table, keys, link, prefix, width))
+        return self._now(lambda r: r.get_many_linked(table, keys, link, prefix, width, skip))
 
     def get_named_now(
         self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes

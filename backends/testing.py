@@ -499,6 +499,13 @@ class BackendContract:
             got = w.get_many_linked("a", [b"c2", b"c1"], b"L", b"L", 3)
             assert got[0] == [None, b"one"]
             assert sorted(got[1]) == [(b"Laaa", b"A"), (b"Lbbb", b""), (b"Lzzz", b"Z")]
+            got = w.get_many_linked("a", [b"c1"], b"L", b"L", 3, skip={b"Laaa", b"Lnot"})
+            assert (got[0], sorted(got[1])) == ([b"one"], [(b"Lbbb", b""), (b"Lzzz", b"Z")])
+        with backend.read() as r:  # skip: the rows the caller holds, left out of the answer
+            got = r.get_many_linked("a", [b"c1"], b"L", b"L", 3, skip=[b"Lbbb", b"Lzzz"])
+            assert got == ([b"one"], [(b"Laaa", b"A")])
+        got = backend.get_many_linked_now("a", [b"c1"], b"L", b"L", 3, skip=[b"Laaa"])
+        assert (got[0], sorted(got[1])) == ([b"one"], [(b"Lbbb", b""), (b"Lzzz", b"Z")])
 
     def test_get_named_reads_a_row_and_a_range_under_the_prefix_a_name_holds(
         self, backend: Backend

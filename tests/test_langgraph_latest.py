@@ -408,3 +408,67 @@ def test_a_log_without_latest_rows_falls_back_and_its_next_put_writes_them(
         assert seen == []
         same_as_by_id(saver, "old")
         assert saver.verify().ok
+
+
+def linked_reads(monkeypatch: pytest.MonkeyPatch, saver: CkptlogSaver) -> list[tuple[int, int]]:
+    """``(data rows skipped, data rows returned)`` of each latest read's one statement."""
+    seen: list[tuple[int, int]] = []
+    backend = saver.log.backend
+    real = type(backend).get_many_linked_now
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        got = real(self, *args, **kwargs)
+        skip = kwargs.get("skip", args[5] if len(args) > 5 else ())
+        seen.append((len(skip), len(got[1])))
+        return got
+
+    monkeypatch.setattr(type(backend), "get_many_linked_now", spy)
+    return seen
+
+
+def check_skipped_data_rows(saver: CkptlogSaver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A latest read leaves out the data rows of the links whose values the saver keeps (the
+    keyframe under a kept head: the last read's, or the put's); when the head is no longer
+    kept it reads again without skipping, and every read returns the newest values."""
+    t = Thread(saver, "big", large_state())
+    for _ in range(3):
+        t.put()
+    seen = linked_reads(monkeypatch, saver)
+
+    def newest() -> Any:
+        tup = saver.get_tuple(conf("big"))
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == t.last
+        return tup
+
+    newest()
+    assert seen[-1][0] == 0  # nothing remembered yet for this thread
+    newest()
+    assert seen[-1][0] >= 1, f"the second read skipped no data row: {seen}"
+    assert seen[-1][1] == 0, f"the second read fetched data rows it holds: {seen}"
+    for _ in range(40):  # across keyframes: a put keeps its head, the read skips under it
+        t.put()
+        newest()
+        assert len(seen) == 3 or seen[-1][1] <= 1
+    skipping = sum(1 for s, _ in seen if s)
+    assert skipping >= 35, f"only {skipping} of {len(seen)} reads skipped: {seen}"
+    saver._patches = blobs.Patches(saver.log.frame_bytes_max)  # the kept values evicted
+    seen.clear()
+    newest()
+    assert [s > 0 for s, _ in seen] == [True, False], f"no second statement: {seen}"
+    assert seen[-1][1] >= 1
+    same_as_by_id(saver, "big")
+    assert saver.verify().ok
+
+
+def test_a_latest_read_skips_the_data_rows_its_kept_values_cover(
+    saver: CkptlogSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_skipped_data_rows(saver, monkeypatch)
+
+
+def test_a_latest_read_skips_the_data_rows_its_kept_values_cover_on_postgres(
+    pg_schemas: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as s:
+        check_skipped_data_rows(s, monkeypatch)

@@ -69,14 +69,16 @@ from eventlog.frames import (
     LgWrite,
     LgWrites,
 )
-from eventlog.integrations.langgraph_reads import (
-    LIST_CHUNK,  # noqa: F401 - re-exported
-    SaverReads,
+from eventlog.integrations.langgraph_config import (
     _check_str,
     _check_versions,
     _config,
     _ids,
     _plain_versions,
+)
+from eventlog.integrations.langgraph_reads import (
+    LIST_CHUNK,  # noqa: F401 - re-exported
+    SaverReads,
 )
 from eventlog.integrations.langgraph_store import (
     RUNS,
@@ -138,6 +140,7 @@ class CkptlogSaver(SaverReads):
         self.identity_appends = identity_appends
         self._memos = Memos()
         self._patches = Patches(log.frame_bytes_max)
+        self._held_links = {}
         # put_writes lingers for the step's put to share its commit (LINGER_S); see put_writes
         self._linger = LINGER_S if log.backend.durability == "fsync" else 0.0
         self._puts = 0  # puts begun (a put_writes that lingered checks whether one came)

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, Final
 
@@ -27,7 +27,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from backends.base import ReadTxn, prefix_end
-from eventlog.errors import CheckpointError, CorruptFrame, InvalidCheckpoint, InvalidConfig
+from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import (
     BLOB_EMPTY,
     BLOB_FULL,
@@ -37,6 +37,7 @@ from eventlog.frames import (
     LgWrite,
     LgWrites,
 )
+from eventlog.integrations.langgraph_config import _config, _configurable, _ids
 from eventlog.integrations.langgraph_store import (
     WRITES,
     BlobReader,
@@ -51,6 +52,7 @@ from eventlog.integrations.langgraph_store import (
     kept_chain,
     latest_blobs,
     latest_checkpoint,
+    link_key,
     materialize,
     read_checkpoint_row,
     read_latest_parts,
@@ -67,13 +69,13 @@ from eventlog.integrations.langgraph_store import (
 )
 from eventlog.layout import U64
 from eventlog.log import EventLog
-from eventlog.validate import is_int
 from projections.langgraph import CkptRow, WriteRow
 
 _dec_ckpt_row = msgspec.msgpack.Decoder(CkptRow)
 _dec_write_row = msgspec.msgpack.Decoder(WriteRow)
 
 LIST_CHUNK: Final = 64  # tuples built per worker-thread hop in ``alist``
+HELD_THREADS_MAX: Final = 4096  # threads whose skippable data rows a saver remembers
 # LangGraph's own serde decodes msgpack into new objects (ormsgpack copies what it builds; its
 # ext payloads come as new bytes): a patched msgpack value is decoded from the patch's scratch
 # buffer. Any other serde (or a subclass that decodes otherwise) gets a copy.
@@ -116,78 +118,6 @@ def _chunk_writes(
     return out
 
 
-def _configurable(config: Any, what: str) -> Any:
-    """``config['configurable']`` (``{}`` when absent); :class:`InvalidConfig` for a config
-    that is not a mapping, or whose ``configurable`` is not one."""
-    if config is None:
-        return {}
-    if type(config) is dict:  # the common case, without the ABC checks below
-        conf = config.get("configurable")
-        if conf is None or type(conf) is dict:
-            return conf or {}
-    conf = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(config, Mapping) or not (conf is None or isinstance(conf, Mapping)):
-        raise InvalidConfig(
-            f"{what}: config must be a dict like {{'configurable': {{'thread_id': ...}}}}, "
-            f"found {type(config).__name__} {str(config)[:80]!r}; pass a RunnableConfig"
-        )
-    return conf or {}
-
-
-def _ids(config: RunnableConfig | None, what: str) -> tuple[str, str, str | None]:
-    conf = _configurable(config, what)
-    tid = conf.get("thread_id")
-    if tid is None or tid == "":
-        raise InvalidConfig(
-            f"{what}: config['configurable']['thread_id'] is missing; pass "
-            "{'configurable': {'thread_id': ...}} (LangGraph needs a thread id to checkpoint)"
-        )
-    ns = conf.get("checkpoint_ns") or ""
-    cid = conf.get("checkpoint_id") or None
-    return str(tid), str(ns), None if cid is None else str(cid)
-
-
-def _check_str(value: Any, where: str) -> None:
-    if not isinstance(value, str):
-        raise InvalidCheckpoint(
-            f"{where} must be a str, got {type(value).__name__} {value!r}; nothing was saved"
-        )
-
-
-def _check_versions(versions: Mapping[str, Any], where: str) -> None:
-    """``new_versions``: str channels, plain versions (stored as typed as they are)."""
-    for channel, version in versions.items():
-        _check_str(channel, f"{where} key {channel!r}")
-        if not (isinstance(version, (str, float)) or is_int(version)):
-            raise InvalidCheckpoint(
-                f"{where}[{channel!r}] is a {type(version).__name__} ({version!r}); LangGraph "
-                "versions are str, int or float: use the saver's get_next_version"
-            )
-
-
-def _plain_versions(versions: Mapping[str, Any]) -> dict[str, str | int | float]:
-    out: dict[str, str | int | float] = {}
-    for channel, version in versions.items():
-        if type(version) not in (str, int, float) or (type(version) is int and not is_int(version)):
-            raise InvalidCheckpoint(
-                f"channel_versions[{channel!r}] is a {type(version).__name__} "
-                f"({version!r}); LangGraph versions are str, int or float: use the saver's "
-                "get_next_version"
-            )
-        out[str(channel)] = version
-    return out
-
-
-def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
 def _resolved(rr: ReadRow, sid: int, patches: Patches) -> bool:
     """Whether ``rr`` 's values need no transaction: each stored inline whole (or empty), its
     resolved bytes kept by the saver, or an inline patch whose keyframe the saver kept."""
@@ -228,6 +158,7 @@ class SaverReads(BaseCheckpointSaver[str]):
 
     log: EventLog
     _patches: Patches
+    _held_links: dict[bytes, tuple[bytes, ...]]  # tkey -> data rows a latest read may skip
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -391,16 +322,13 @@ class SaverReads(BaseCheckpointSaver[str]):
         tid, ns, cid = _ids(config, "get_tuple")
         serde = self.serde
         if cid is None:  # its rows alone, in one statement (one round trip on PostgreSQL)
-            got = read_latest_parts(self.log.backend, thread_key(tid, ns))
-            if (
-                got is not None
-                and got[1] is not None
-                and got[1].checkpoint_id == got[0].checkpoint_id
-            ):
-                pending = self._kept_writes(got[1])
-                latest_read = self._latest_read(tid, ns, got[0], pending, got[2])
-                if latest_read is not None:
-                    return self._build(latest_read, serde)
+            tkey = thread_key(tid, ns)
+            skip = self._held_links.get(tkey, ())
+            latest_read = self._latest_now(tid, ns, tkey, skip)
+            if latest_read is None and skip:  # a skipped data row was needed after all
+                latest_read = self._latest_now(tid, ns, tkey, ())
+            if latest_read is not None:
+                return self._build(latest_read, serde)
         elif self.log.backend.remote:  # by id on a server: one statement, then maybe a read
             done, tup = self._get_named(tid, ns, cid, serde)
             if done:
@@ -421,6 +349,14 @@ class SaverReads(BaseCheckpointSaver[str]):
                 cid, row = latest
             read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
         return None if read is None else self._build(read, serde)
+
+    def _latest_now(self, tid: str, ns: str, tkey: bytes, skip: Collection[bytes]) -> _Read | None:
+        """The newest checkpoint from its ``lg_latest`` rows read in one statement, leaving
+        out the data rows keyed in ``skip``; ``None``: read it another way."""
+        got = read_latest_parts(self.log.backend, tkey, skip)
+        if got is None or got[1] is None or got[1].checkpoint_id != got[0].checkpoint_id:
+            return None
+        return self._latest_read(tid, ns, got[0], self._kept_writes(got[1]), got[2])
 
     def _get_named(
         self, tid: str, ns: str, cid: str, serde: SerializerProtocol
@@ -484,11 +420,16 @@ class SaverReads(BaseCheckpointSaver[str]):
         apart = set(lr.apart)
         kept: dict[tuple[int, str], bytes] | None = None
         chains: list[tuple[str, Chain]] = []
+        held: list[bytes] = []  # data rows of links this read did not need
         for ch, c in lr.values:
             if not c:
                 continue
             chain = kept_chain(lr.sid, c, self._patches)
-            if chain is c and apart and any((seq, b.channel) in apart for seq, b in c):
+            if chain is not c and apart:
+                held += [
+                    link_key(lr.sid, seq, b.channel) for seq, b in c if (seq, b.channel) in apart
+                ]
+            elif chain is c and apart and any((seq, b.channel) in apart for seq, b in c):
                 if kept is None:
                     kept = latest_blobs(raw_k)
                     if kept is None:
@@ -503,10 +444,26 @@ class SaverReads(BaseCheckpointSaver[str]):
                     filled.append((seq, link))
                 chain = tuple(filled)
             chains.append((ch, chain))
+        self._hold_links(thread_key(tid, ns), held)
         return _Read(
             (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
             lr.versions, chains, pending, latest=True,
         )  # fmt: skip
+
+    def _hold_links(self, tkey: bytes, held: list[bytes]) -> None:
+        """Remember the data rows the last latest read of ``tkey`` did not need (its values
+        were kept): the next one leaves them out of its statement (a 64 KiB keyframe not
+        copied, on PostgreSQL not detoasted and sent). The next put keeps the new head's value
+        (so the keyframe under it is not needed either); when a skipped row is needed after
+        all (the head is no longer kept: evicted, or written by another process), the read is
+        made again without skipping and the memo is replaced."""
+        links = self._held_links
+        if held:
+            if len(links) >= HELD_THREADS_MAX and tkey not in links:
+                links.clear()
+            links[tkey] = tuple(held)
+        else:
+            links.pop(tkey, None)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)

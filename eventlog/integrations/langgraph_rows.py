@@ -6,7 +6,7 @@ invariants are described there).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -335,19 +335,19 @@ def hydrate(lr: LatestRow, linked: list[tuple[bytes, bytes]] | None) -> LatestRo
 
 
 def read_latest_parts(
-    txn: ReadTxn | Backend, tkey: bytes
+    txn: ReadTxn | Backend, tkey: bytes, skip: Collection[bytes] = ()
 ) -> tuple[LatestRow, LatestWrites | None, list[tuple[bytes, bytes]]] | None:
     """The ``lg_latest`` rows of a stream as stored: the ``c`` row (its ``apart`` links without
-    their data), the ``w`` row, and the data rows the ``k`` row names (``(key, value)``), in
-    one statement (given a backend, a transaction of its own: one round trip); ``None`` when
-    the ``c`` row is absent."""
+    their data), the ``w`` row, and the data rows the ``k`` row names (``(key, value)``) but
+    those keyed in ``skip`` (data the caller holds), in one statement (given a backend, a
+    transaction of its own: one round trip); ``None`` when the ``c`` row is absent."""
     keys = [latest_key(tkey), latest_writes_key(tkey)]
     link = latest_blobs_key(tkey)
     try:
         if isinstance(txn, Backend):
-            got = txn.get_many_linked_now(LATEST, keys, link, LINK_PREFIX, LINK_WIDTH)
+            got = txn.get_many_linked_now(LATEST, keys, link, LINK_PREFIX, LINK_WIDTH, skip)
         else:
-            got = txn.get_many_linked(LATEST, keys, link, LINK_PREFIX, LINK_WIDTH)
+            got = txn.get_many_linked(LATEST, keys, link, LINK_PREFIX, LINK_WIDTH, skip)
     except CheckpointError:  # a log opened read-only that never had the table
         return None
     (raw, raw_w), linked = got
