@@ -26,6 +26,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 import eventlog.integrations.langgraph_blobs as blobs
+import eventlog.integrations.langgraph_reads as reads
 import eventlog.integrations.langgraph_store as store
 from eventlog import views
 from eventlog.errors import CorruptFrame
@@ -530,6 +531,14 @@ def check_keyframe_rows(writer: LmdbSaver, monkeypatch: pytest.MonkeyPatch) -> N
         return row
 
     monkeypatch.setattr(blobs, "read_keyframe", counting)
+    real_now = reads.read_keyframes_now
+
+    def counting_now(backend: Any, sid: int, want: list[tuple[int, str]]) -> Any:
+        rows = real_now(backend, sid, want)
+        f_reads.extend(seq for (seq, _), row in zip(want, rows, strict=True) if row is not None)
+        return rows
+
+    monkeypatch.setattr(reads, "read_keyframes_now", counting_now)  # by id on a server
     count = Counter(monkeypatch)
     saver = LmdbSaver(writer.log)  # kept nothing of the writes (cold)
     remote = writer.log.backend.remote
@@ -573,22 +582,24 @@ def test_a_read_by_id_on_postgres_is_one_statement_when_nothing_needs_a_frame(
     pg_schemas: Any, tmp_path: Path, pg_statements: list[str]
 ) -> None:
     """``get_tuple(checkpoint_id)`` on PostgreSQL reads the stream id, the read row and the
-    write rows in one statement (``read_named``), with no transaction around it; a read
-    transaction follows only for what needs a frame or a keyframe row the saver did not keep
-    (a keyframe row is kept afterwards); an unknown thread or checkpoint reads nothing."""
+    write rows in one statement (``read_named``), with no transaction around it; a keyframe
+    row the saver did not keep is read by one more statement, outside a transaction too, and
+    kept; a read transaction follows only for what needs a frame (writes); an unknown thread
+    or checkpoint reads nothing."""
     with CkptlogSaver.open(pg_schemas.url(tmp_path / "pg"), durability="process") as writer:
         ids, states = put_states(writer, "p", store.PATCH_KEYFRAME_EVERY + 20, large_state())
         wids, last = build(writer, "w", 3, small_state())
         saver = CkptlogSaver(writer.log)  # kept nothing of the writes (cold)
         second = store.PATCH_KEYFRAME_EVERY + 1  # the second keyframe (it has an f row)
         statements = pg_statements
-        for step, n in ((second + 2, 3), (second + 5, 1), (second + 9, 1)):
+        for step, n in ((second + 2, 2), (second + 5, 1), (second + 9, 1)):
             statements.clear()
             tup = saver.get_tuple(conf("p", ids[step]))
             assert tup is not None
             assert tup.checkpoint["channel_values"] == states[step]
-            assert len(statements) == n, (step, statements)  # named, then BEGIN + its f row
+            assert len(statements) == n, (step, statements)  # named, then its f row
             assert statements[0].startswith("WITH p AS")  # the stream, read and write rows
+            assert "BEGIN" not in statements
         statements.clear()
         tup = saver.get_tuple(conf("w", wids[-1]))  # writes: their frames in a transaction
         assert tup is not None

@@ -38,6 +38,7 @@ from eventlog.frames import (
     LgWrites,
 )
 from eventlog.integrations.langgraph_config import _config, _configurable, _ids
+from eventlog.integrations.langgraph_rows import read_keyframes_now
 from eventlog.integrations.langgraph_store import (
     WRITES,
     BlobReader,
@@ -350,6 +351,29 @@ class SaverReads(BaseCheckpointSaver[str]):
             read = self._read((tid, ns, sid), cid, row, self._reader(txn, sid, serde))
         return None if read is None else self._build(read, serde)
 
+    def _keep_keyframes(self, sid: int, rr: ReadRow) -> None:
+        """Keep the keyframes ``rr`` 's inline patches need and the saver does not hold, read
+        in one statement outside a transaction (a keyframe row never changes while it exists),
+        so that the read needs no transaction: one round trip where a read transaction takes
+        three. One absent (removed meanwhile) is left to the transaction's read."""
+        patches = self._patches
+        want = [
+            (inline.base, ch)
+            for ch, seq, inline in rr.values
+            if inline is not None
+            and inline.kind == BLOB_PATCH
+            and 0 < inline.base < seq
+            and patches.known((sid, seq, ch), touch=False) is None
+            and patches.known((sid, inline.base, ch), touch=False) is None
+        ]
+        if not want:
+            return
+        for (base, ch), row in zip(
+            want, read_keyframes_now(self.log.backend, sid, want), strict=True
+        ):
+            if row is not None:
+                patches.keep((sid, base, ch), (row[0], bytes(row[1])))
+
     def _latest_now(self, tid: str, ns: str, tkey: bytes, skip: Collection[bytes]) -> _Read | None:
         """The newest checkpoint from its ``lg_latest`` rows read in one statement, leaving
         out the data rows keyed in ``skip``; ``None``: read it another way."""
@@ -376,6 +400,8 @@ class SaverReads(BaseCheckpointSaver[str]):
         if rr is None:
             return False, None
         key = (tid, ns, sid)
+        if not wrows:
+            self._keep_keyframes(sid, rr)
         if not wrows and _resolved(rr, sid, self._patches):
             try:
                 read = self._from_row(key, cid, rr, None, [])

@@ -246,6 +246,19 @@ def decode_keyframe(raw: bytes | memoryview) -> tuple[str, memoryview]:
     return str(raw[2 : 2 + n], "utf-8", "surrogatepass"), memoryview(raw)[2 + n :]
 
 
+def read_keyframes_now(
+    backend: Backend, sid: int, want: list[tuple[int, str]]
+) -> list[tuple[str, memoryview] | None]:
+    """:func:`read_keyframe` of each ``(seq, channel)`` of ``want``, in one read of its own (a
+    keyframe row never changes while it exists: no snapshot needed; one statement on
+    PostgreSQL)."""
+    try:
+        raws = backend.get_many_now(LATEST, [keyframe_key(sid, seq, ch) for seq, ch in want])
+    except CheckpointError:  # a log opened read-only that never had the table
+        return [None] * len(want)
+    return [None if raw is None else decode_keyframe(raw) for raw in raws]
+
+
 def read_keyframe(txn: ReadTxn, sid: int, seq: int, channel: str) -> tuple[str, memoryview] | None:
     """The raw bytes a patch's keyframe stores (a view of its ``f`` row, copied out of the
     transaction), ``None`` when it has none (then they are read from its frame).
