@@ -1139,6 +1139,12 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         self._check_keys(pairs)
+        _LmdbWrite.put_built(self, table, pairs)
+
+    def put_built(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        """:meth:`put_many` of rows whose keys the caller built (each an exact ``bytes`` of
+        1 to ``max_key_bytes``), without checking them: a fan-out batch's rows (eventlog.
+        materialized.write_instance_rows), ~0.4k instructions a row less."""
         db = self._db(table)
         if len(pairs) <= _CURSOR_FROM:
             put = self._txn.put
@@ -1208,6 +1214,10 @@ class _LmdbLoggedWrite(_LmdbWrite):
             self.put(table, key, value)  # (which logs it)
             return
         super().put_many(table, pairs)
+        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
+
+    def put_built(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        super().put_built(table, pairs)
         self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:

@@ -541,7 +541,12 @@ def write_instance_rows(
         _write_instances(txn, U64.pack(sid), map(_RowChange, itertools.repeat(fid), indices, raws))
         return
     keys = map(_ROW_KEY.pack, itertools.repeat(sid), itertools.repeat(fid), indices)
-    txn.put_many(FANOUT, list(zip(keys, raws, strict=False)))
+    rows = list(zip(keys, raws, strict=False))
+    built = getattr(txn.__class__, "put_built", None)  # our keys: LMDB skips their checks (a
+    if built is None:  # wrapper's class, as a test's recorder, has none: it sees put_many)
+        txn.put_many(FANOUT, rows)
+    else:
+        built(txn, FANOUT, rows)
 
 
 class _RowChange(msgspec.Struct, frozen=True, gc=False):

@@ -532,3 +532,25 @@ def test_put_many_names_the_bad_key_and_writes_nothing(
             assert list(r.scan("a")) == [(b"s%d" % i, b"v%d" % i) for i in range(8)]
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("durability", ["process", "fsync"])
+def test_put_built_writes_and_logs_the_rows_unchecked(tmp_path: Path, durability: str) -> None:
+    """``put_built`` (rows whose keys the caller built: a fan-out batch's) writes what
+    ``put_many`` would, overwriting in place, and a logged write (``fsync``) lists the pairs
+    for its redo record as ``put_many`` does."""
+    backend = _open(tmp_path / "log", durability=durability)
+    try:
+        pairs = [(b"k%03d" % i, b"v%d" % i) for i in range(40)]
+        with backend.write() as w:
+            w.put_built("a", pairs[:30])  # type: ignore[attr-defined]
+            w.put_built("a", [(k, b"w" + v) for k, v in pairs[20:]])  # type: ignore[attr-defined]
+            ops = getattr(w, "ops", None)
+            if durability == "fsync":
+                assert ops is not None
+                assert len(ops) == 50
+                assert ops[-1] == ("a", b"k039", b"wv39")
+        with backend.read() as r:
+            assert list(r.scan("a")) == pairs[:20] + [(k, b"w" + v) for k, v in pairs[20:]]
+    finally:
+        backend.close()
