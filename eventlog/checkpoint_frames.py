@@ -128,7 +128,7 @@ class _HeadFrame(DeferredFrame):
         return ((HEADS, U64.pack(sid)),)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> CheckpointFrame:
-        return self._build_on_head(txn, stream, sid, seq, self.owner._row_at(txn, stream, sid, seq))
+        return self._build_on_head(txn, stream, sid, seq, self.owner._row(txn, stream, sid))
 
     def _build_on_head(
         self, txn: WriteTxn, stream: str, sid: int, seq: int, row: HeadRow | None
@@ -210,7 +210,7 @@ class _HeadFrame(DeferredFrame):
         )
         if head.slots or before_row is None or before_row.layout:  # (else _row saw it: ())
             owner._layout_seen(done.stream, row)
-        owner._cache_put(done.stream, head, row)
+        owner._cache_put(done.stream, head)
 
 
 class _Save(_HeadFrame):

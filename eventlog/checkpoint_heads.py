@@ -99,7 +99,6 @@ class HeadCache:
     _touched: set[str]
     _sids: dict[str, int]
     _layouts: dict[str, tuple[FanOutHeader, ...]]
-    _rows: dict[str, tuple[Head, HeadRow]]  # the row written beside each cached head
     _rejected: list[_InstanceSaves]
     snapshot_instances_max: int
     snapshot_bytes_max: int
@@ -117,22 +116,6 @@ class HeadCache:
             row = read_row(txn, sid)
         except msgspec.DecodeError as e:
             raise damaged_row(stream, e, "saving to it") from e
-        self._layout_seen(stream, row)
-        return row
-
-    def _row_at(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> HeadRow | None:
-        """:meth:`_row`, without reading it when this writer wrote it beside its cached head
-        at ``seq - 1`` (the seq the frame gets is read in this transaction: another process's
-        frame would have moved it, and nothing changes a head row but a frame of its stream,
-        or a rebuild, which writes the same bytes)."""
-        known = self._rows.get(stream)
-        if known is None or known[1].seq != seq - 1 or self._cache.get(stream) is not known[0]:
-            return self._row(txn, stream, sid)
-        head, row = known
-        if head.seq != row.seq:
-            return self._row(txn, stream, sid)
-        self._sids[stream] = sid
-        self._touched.add(stream)
         self._layout_seen(stream, row)
         return row
 
@@ -193,21 +176,14 @@ class HeadCache:
                 slot.src = None
         return caught
 
-    def _cache_put(self, stream: str, head: Head, row: HeadRow) -> None:
-        """Keep ``head``, and ``row``, the head row just written beside it (:meth:`_row_at`)."""
-        cache = self._cache
-        cache[stream] = head
-        cache.move_to_end(stream)
-        rows = self._rows
-        rows[stream] = (head, row)
-        while len(cache) > HEAD_CACHE_MAX:
-            rows.pop(cache.popitem(last=False)[0], None)
-        if len(rows) > HEAD_CACHE_MAX:  # entries of heads dropped otherwise: only a bound
-            del rows[next(iter(rows))]
+    def _cache_put(self, stream: str, head: Head) -> None:
+        self._cache[stream] = head
+        self._cache.move_to_end(stream)
+        while len(self._cache) > HEAD_CACHE_MAX:
+            self._cache.popitem(last=False)
 
     def _cache_drop(self, stream: str) -> None:
         self._cache.pop(stream, None)
-        self._rows.pop(stream, None)
 
     def _paged(self, row: HeadRow) -> bool:
         """Whether a snapshot of this head is written in pages (too many instances, or a
