@@ -190,7 +190,8 @@ class _HeadFrame(DeferredFrame):
         assert self.plan is not None
         before_row, frame, head, as_snapshot = self.plan
         assert head is not None
-        sid = self.owner._sid_of(done)
+        owner = self.owner
+        sid = owner._sids[done.stream]  # (_sid_of, inline)
         if as_snapshot:
             write_snapshot_mark(txn, sid, done.seq)
             book = Book(done.seq, 0, done.stored_bytes)
@@ -208,8 +209,8 @@ class _HeadFrame(DeferredFrame):
             txn, sid, before_row, frame, head, book=book, rows_written=self.rows_written()
         )
         if head.slots or before_row is None or before_row.layout:  # (else _row saw it: ())
-            self.owner._layout_seen(done.stream, row)
-        self.owner._cache_put(done.stream, head)
+            owner._layout_seen(done.stream, row)
+        owner._cache_put(done.stream, head)
 
 
 class _Save(_HeadFrame):

@@ -60,14 +60,19 @@ class _Hooks:
     def begin(self) -> None:
         # Entries still marked touched belong to an attempt that never committed (the backend
         # retried the transaction): their heads were changed in place, so drop them.
-        self.aborted()
+        owner = self.owner
+        if owner._touched or owner._rejected:  # (else nothing to drop: the usual commit)
+            self.aborted()
 
     def committed(self) -> None:
-        self.owner._touched.clear()
-        batches, self.owner._rejected = self.owner._rejected, []
+        owner = self.owner
+        owner._touched.clear()
+        if not owner._rejected:
+            return
+        batches, owner._rejected = owner._rejected, []
         for batch in batches:  # changes left out of committed batches: the next flush says so
             for error in batch.rejected:
-                self.owner.log.report_deferred(error)
+                owner.log.report_deferred(error)
 
     def aborted(self) -> None:
         for stream in self.owner._touched:

@@ -139,6 +139,7 @@ from projections.records import (
 
 _encode_progress = _progress_encoder.encode
 _NO_POSITIONS: tuple[Any, ...] = ()  # the empty tuple (one object in CPython)
+_NO_PARENTS = encode_value(())  # the parent states of a record with none (msgpack [])
 
 
 class CheckpointLog(HeadCache):
@@ -222,7 +223,9 @@ class CheckpointLog(HeadCache):
     def _incoming(self, invocation_id: str, record: Any, kind: str) -> Incoming:
         if not isinstance(invocation_id, str) or not invocation_id:
             raise InvalidStreamKey(f"invocation_id must be a non-empty str, got {invocation_id!r}")
-        stream_key_bytes(invocation_id, self.log.backend.max_key_bytes)
+        log = self.log
+        if invocation_id not in log._ids:  # a stream with an id was validated already
+            stream_key_bytes(invocation_id, log.backend.max_key_bytes)
         if record is None or isinstance(record, (dict, list, tuple, str, bytes)):
             fail("record", "a CheckpointRecord (or an object with its attributes)", record)
         if (fans := getattr(record, "fan_out_progress", None)).__class__ is tuple and fans:
@@ -234,12 +237,15 @@ class CheckpointLog(HeadCache):
                 "pass the record under its own invocation id"
             )
         seen = self._checker.check(invocation_id, record)  # every other field, strictly, by type
-        return Incoming(
-            kind=kind,
-            record=record,
-            state=encode_value(record.state, "state"),
-            parent_states=encode_value(tuple(record.parent_states), "parent_states"),
-            seen=seen,
+        parents = record.parent_states
+        return Incoming(  # (kind, record, state, parent_states, seen)
+            kind,
+            record,
+            encode_value(record.state, "state"),
+            _NO_PARENTS
+            if parents.__class__ is tuple and not parents  # the usual record: none
+            else encode_value(tuple(parents), "parent_states"),
+            seen,
         )
 
     def save(self, invocation_id: str, record: Any) -> None:
