@@ -123,10 +123,32 @@ class Batch:
                 rows = fresh
             self.inserts.setdefault(table, {}).update(rows)
             return
+        assumed = self.expects.get(table)
+        if assumed:
+            # A key this batch asserts absent, written: a plain INSERT checks the same (a row
+            # there fails it, unique_violation) and costs the server less than the upsert and
+            # the assertion's lookup.
+            fresh = {k: v for k, v in rows.items() if k in assumed and assumed[k] is None}
+            if fresh:
+                for k in fresh:
+                    del assumed[k]
+                if not assumed:
+                    del self.expects[table]
+                rows = {k: v for k, v in rows.items() if k not in fresh}
+                self.write(table, fresh, new=True)
+                if not rows:
+                    return
         inserts = self.inserts.get(table)
         if inserts:
-            for k in rows:
-                inserts.pop(k, None)  # written twice: upserted, the last value wins
+            # inserted, then written again: still the INSERT (it fails where a row was, as the
+            # statements in order would have), of the last value
+            again = [k for k in rows if k in inserts]
+            if again:
+                for k in again:
+                    inserts[k] = rows[k]
+                rows = {k: v for k, v in rows.items() if k not in inserts}
+                if not rows:
+                    return
         if upserts is None:
             self.upserts[table] = dict(rows)
         else:

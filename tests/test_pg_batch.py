@@ -292,3 +292,53 @@ def test_stale_transactions_keep_the_connection_and_its_statements_prepare_again
     finally:
         ours.close()
         other.close()
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_a_row_read_absent_then_written_is_inserted_and_checked(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, twice: bool
+) -> None:
+    """A key the transaction read as absent (assumed, asserted), then wrote: a plain INSERT
+    stands for the assertion (no lookup of its own). Another writer's row there fails it (also
+    when written twice, the last value kept): nothing of the attempt commits and it runs again
+    on what is stored."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"x", b"1")))
+        seen: list[bytes | None] = []
+
+        def commit(txn: WriteTxn) -> None:
+            got = txn.get("a", b"y")
+            seen.append(got)
+            if twice:
+                txn.put("a", b"y", b"first")
+            txn.put("a", b"y", b"ours after " + repr(got).encode())
+
+        sent = _statements(ours, commit, monkeypatch)
+        assert ours.stale == 0
+        assert len(sent) == 5, sent  # BEGIN, the lock, one statement, COMMIT, the flush
+        assert sent[2].startswith("WITH ")
+        assert "ON CONFLICT" not in sent[2], sent[2]
+        assert "IS DISTINCT FROM" not in sent[2], sent[2]
+        with ours.read() as r:
+            assert r.get("a", b"y") == b"ours after None"
+        ours.run_write(lambda t: t.put("a", b"x", b"2"))  # y is known now
+        other.run_write(lambda t: t.put("a", b"z", b"other's"))
+        seen.clear()
+
+        def again(txn: WriteTxn) -> None:
+            got = txn.get("a", b"z")
+            seen.append(got)
+            if twice:
+                txn.put("a", b"z", b"first")
+            txn.put("a", b"z", b"ours after " + repr(got).encode())
+
+        ours.run_write(again)
+        assert ours.stale == 1
+        assert seen == [None, b"other's"]
+        with ours.read() as r:
+            assert r.get("a", b"z") == b'ours after b"other\'s"'
+    finally:
+        ours.close()
+        other.close()
