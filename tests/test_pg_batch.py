@@ -15,6 +15,7 @@ from pg_schemas import PgSchemas
 from backends.base import WriteTxn
 from backends.postgres import PostgresBackend
 from backends.postgres_batch import bytea_array
+from backends.postgres_fast import RawPipeline
 
 TABLES = ("log", "a", "b")
 
@@ -33,8 +34,16 @@ def _statements(backend: PostgresBackend, fn: Any, monkeypatch: pytest.MonkeyPat
             sent.append(str(query))
         return execute(self, query, *args, **kwargs)
 
+    run = RawPipeline.run
+
+    def raw(self: RawPipeline, statements: Any, out: Any) -> None:  # a commit sent at once
+        if self.conn is backend._wconn:
+            sent.extend(text for text, _ in statements)
+        run(self, statements, out)
+
     with monkeypatch.context() as m:
         m.setattr(psycopg.Connection, "execute", counting)
+        m.setattr(RawPipeline, "run", raw)
         backend.run_write(fn)
     return sent
 
