@@ -42,6 +42,8 @@ STATEMENTS_CACHED_MAX = 256  # rendered statement texts kept per backend
 _ARRAY_HEADER = struct.Struct("!iiiii")  # dimensions, has nulls, element type; size, lower bound
 _ITEM_LEN = struct.Struct("!i")
 _NULL_ITEM = _ITEM_LEN.pack(-1)
+_ONE_HEADER = _ARRAY_HEADER.pack(1, 0, BYTEA_OID, 1, 1)
+_SIZED: tuple[type, ...] = (list, tuple, dict, type({}.keys()), type({}.values()))
 
 
 class ByteaArray(bytes):
@@ -52,6 +54,11 @@ class ByteaArray(bytes):
 
 def bytea_array(items: Iterable[bytes | bytearray | memoryview | None]) -> ByteaArray:
     """``items`` as one binary ``bytea[]`` (one dimension, lower bound 1; ``None`` is NULL)."""
+    if type(items) in _SIZED and len(items) == 1:  # type: ignore[arg-type]
+        # most of a LangGraph step's arrays: one key, one value
+        (v,) = items
+        if v is not None:
+            return ByteaArray(_ONE_HEADER + _ITEM_LEN.pack(len(v)) + v)
     pack = _ITEM_LEN.pack
     parts: list[bytes | bytearray | memoryview] = [b""]
     n = nulls = 0
