@@ -25,8 +25,11 @@ Invariants:
   transaction answers its reads from it and queues, after the lock, an assertion per read that
   the server holds exactly that (a division by zero when not), then its writes, the COMMIT and
   the flush; all of it goes out at once, the assertions and writes queued between two
-  statements it must send as one statement (:mod:`backends.postgres_batch`). A failed
-  assertion aborts the pipeline: the transaction is rolled back and runs again reading
+  statements it must send as one statement (:mod:`backends.postgres_batch`). Such a
+  transaction queues nothing on the connection until it first needs it (a real read): one that
+  never does (and appended a row) sends ``BEGIN`` to the flush at its end through libpq's
+  pipeline directly (:mod:`backends.postgres_fast`), without psycopg's per-statement work.
+  A failed assertion aborts the pipeline: the transaction is rolled back and runs again reading
   for real (:class:`_StaleAssumption`, counted in ``stale``), and the next ones read for real
   for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
   commits pay a third round trip rarely. A key never seen is assumed absent (it is read in a
@@ -102,6 +105,9 @@ from backends.postgres_batch import (
     bytea_array,
     render,
 )
+from backends.postgres_fast import RawPipeline
+from backends.postgres_fast import error_of as raw_error
+from backends.postgres_fast import failed as raw_failed
 from eventlog.errors import (
     CheckpointError,
     CommitOutcomeUnknown,
@@ -564,6 +570,19 @@ class _PgWrite(_PgRead, WriteTxn):
         # Assertions and writes queued since the last statement: sent as one (_send).
         self._batch = Batch()
 
+    @property
+    def _conn(self) -> psycopg.Connection[Any]:
+        """The write connection, the transaction's ``BEGIN`` and lock queued on it first
+        (:meth:`_WriteScope.begin`)."""
+        scope = self._wscope
+        if not scope.begun:
+            scope.begin()
+        return self._wc
+
+    @_conn.setter
+    def _conn(self, conn: psycopg.Connection[Any]) -> None:
+        self._wc = conn
+
     def _expect(self, table: str, key: bytes, value: bytes | None) -> None:
         self._batch.expect(table, key, value)
         self.assumed += 1
@@ -576,16 +595,7 @@ class _PgWrite(_PgRead, WriteTxn):
         if not batch:
             return
         self._batch = Batch()
-        signature = batch.signature()
-        owner = self._owner
-        text = owner._batches.get(signature)
-        if text is None:
-            if len(owner._batches) >= STATEMENTS_CACHED_MAX:
-                owner._batches.clear()
-            text = owner._batches[signature] = render(
-                signature, {t: s.ident for t, s in owner._sql.items()}
-            )
-        self._conn.execute(text, batch.params(), binary=True)
+        self._conn.execute(self._owner._batch_text(batch), batch.params(), binary=True)
 
     def _flush(self) -> None:
         """:meth:`_send`, its error as the backend's."""
@@ -929,6 +939,15 @@ def _end_quietly(pipeline: Any) -> None:
             pipeline.__exit__(None, None, None)
 
 
+class _Answered:
+    """The COMMIT's result, as :meth:`_WriteScope._commit_failed` reads it from a cursor."""
+
+    __slots__ = ("pgresult",)
+
+    def __init__(self, pgresult: Any) -> None:
+        self.pgresult = pgresult
+
+
 class _WriteScope:
     """``with backend.write() as txn``: the writers' lock, the transaction, its commit.
 
@@ -946,6 +965,7 @@ class _WriteScope:
     __slots__ = (
         "before_lock",
         "began",
+        "begun",
         "granted",
         "granted_cpu",
         "lock",
@@ -960,6 +980,7 @@ class _WriteScope:
     ) -> None:
         self.owner = owner
         self.before_lock = before_lock
+        self.begun = False  # BEGIN and the lock queued in psycopg's pipeline (begin)
         self.xid = 0
         self.pipeline: Any = None
         self.lock: Any = None  # the lock query's cursor until its result is read
@@ -974,18 +995,7 @@ class _WriteScope:
         try:
             owner._refuse_after_unknown()
             conn = owner._writer()
-            try:
-                self.began = time.perf_counter()
-                # Pipeline mode: statements are queued and go out with the next read or the
-                # COMMIT.
-                self.pipeline = conn.pipeline()
-                self.pipeline.__enter__()
-                conn.execute(_BEGIN_WRITE)
-            except psycopg.Error as e:
-                pipeline, self.pipeline = self.pipeline, None
-                _end_quietly(pipeline)
-                owner._drop_writer()
-                raise owner._failed(e, "beginning a write") from e
+            self.began = time.perf_counter()
         except BaseException:
             owner._write_lock.release()
             raise
@@ -996,14 +1006,37 @@ class _WriteScope:
                 # Writes that need no lock (rows of this writer's own keys) go to the server
                 # first: their work overlaps the other writers' locked commits.
                 self.before_lock(txn)
-                txn._send()  # its statement goes before the lock's
-            self.lock = conn.execute(owner._take_lock)
+                if txn._batch:
+                    self.begin(before_lock=True)  # its statement goes before the lock's
+            if not txn.assuming:
+                self.begin()  # it reads: BEGIN and the lock go with its first read
         except BaseException as e:
             self.__exit__(type(e), e, e.__traceback__)
-            if isinstance(e, psycopg.Error):
-                raise owner._failed(e, "beginning a write") from e
             raise
         return txn
+
+    def begin(self, *, before_lock: bool = False) -> None:
+        """Queue ``BEGIN`` (``before_lock``: then what the transaction queued so far, its
+        writes that need no lock) and the lock in psycopg's pipeline (no round trip); what
+        it queues later goes after the lock. A transaction on assumptions calls it only when it
+        first uses the connection (a read, a write that needs an answer): one that never does
+        sends everything at its end (:meth:`_at_once`)."""
+        owner = self.owner
+        txn = self.txn
+        assert txn is not None
+        self.begun = True
+        conn = owner._wconn
+        assert conn is not None
+        try:
+            # Pipeline mode: statements are queued and go out with the next read or the COMMIT.
+            self.pipeline = conn.pipeline()
+            self.pipeline.__enter__()
+            conn.execute(_BEGIN_WRITE)
+            if before_lock:
+                txn._send()
+            self.lock = conn.execute(owner._take_lock)
+        except psycopg.Error as e:
+            raise owner._failed(e, "beginning a write") from e
 
     def locked(self) -> None:
         """Read the lock query's result (a round trip only when nothing was read since):
@@ -1037,6 +1070,7 @@ class _WriteScope:
             conn.execute("ROLLBACK")
             prepared.clear()
             conn.execute("DEALLOCATE ALL")
+            owner._raw = None  # its statements too
         except psycopg.Error:
             owner._drop_writer()
         owner._stale_assumption()
@@ -1080,6 +1114,71 @@ class _WriteScope:
             except psycopg.Error:
                 self.owner._drop_writer()  # the server rolls back a lost session
 
+    def _unsent(self, txn: _PgWrite, exc: BaseException | None, assumed: bool) -> bool:
+        """The end of a transaction that never used the connection: whether that is all
+        (committed at once, or nothing to roll back); if not, it was begun (:meth:`begin`)
+        and ends as the others do."""
+        if exc is None and txn.witness is not None:
+            self._at_once(txn)
+            return True
+        if exc is not None and not assumed:
+            return True  # nothing was sent
+        # Begun now: an assertion decides whether the failure followed from an assumption;
+        # a commit without a row to resolve a cut COMMIT by reads its id before the COMMIT.
+        try:
+            self.begin()
+        except CheckpointError as e:
+            pipeline, self.pipeline = self.pipeline, None
+            _end_quietly(pipeline)
+            self.owner._drop_writer()  # nothing committed: the COMMIT was never sent
+            if exc is None:
+                raise
+            log.warning("%s: %s", self.owner.location, e)
+            return True
+        return False
+
+    def _at_once(self, txn: _PgWrite) -> None:
+        """Commit a transaction that never used the connection: ``BEGIN``, the lock, its one
+        statement, ``COMMIT`` and the flush in one round trip through libpq's pipeline
+        (:mod:`backends.postgres_fast`), the same statements :meth:`begin` and the COMMIT
+        below send through psycopg's. Its appended row (:attr:`_PgWrite.witness`) resolves a
+        cut COMMIT whose id did not come back."""
+        owner = self.owner
+        statements: list[tuple[str, Any]] = [(_BEGIN_WRITE, None), (owner._take_lock, None)]
+        batch = txn._batch
+        if batch:
+            txn._batch = Batch()
+            statements.append((owner._batch_text(batch), batch.params()))
+        at_commit = len(statements)
+        statements.append(("COMMIT", None))
+        if owner._flush_after:
+            statements.extend((statement, None) for statement in _FLUSH)
+        results: list[Any] = []
+        error: psycopg.Error | None = None
+        try:
+            owner._raw_pipeline().run(statements, results)
+        except psycopg.Error as e:
+            error = e
+        else:
+            bad = raw_failed(results, len(statements))
+            if bad is not None:
+                assert owner._wconn is not None
+                error = raw_error(results[bad] if bad < len(results) else None, owner._wconn)
+        if len(results) > 1 and results[1] is not None and results[1].ntuples == 1:
+            self.granted = time.perf_counter()
+            owner.lock_wait_s += self.granted - self.began
+            value = results[1].get_value(0, 1)  # txid_current(): a binary int8
+            self.xid = 0 if value is None else int.from_bytes(value, "big", signed=True)
+        if error is not None:
+            commit = results[at_commit] if len(results) > at_commit else None
+            self._commit_failed(error, owner._wconn, None, _Answered(commit), txn.assumed > 0)
+            return
+        owner.commits += 1
+        owner.lock_held_s += time.perf_counter() - self.granted
+        txn.committed()
+        if txn.assumed > 0:
+            owner._assume_backoff = 0
+
     def _commit_failed(
         self, e: psycopg.Error, conn: Any, pipeline: Any, commit: Any, assumed: bool
     ) -> None:
@@ -1121,6 +1220,8 @@ class _WriteScope:
         assumed = txn is not None and txn.assumed > 0
         try:
             conn = owner._wconn
+            if not self.begun and txn is not None and self._unsent(txn, exc, assumed):
+                return
             pipeline, self.pipeline = self.pipeline, None
             if exc is not None:
                 self._abort(conn, pipeline, exc, assumed)
@@ -1222,6 +1323,7 @@ class PostgresBackend(Backend):
         self.held_client_cpu_s = 0.0
         # rendered statements of the write batches met (postgres_batch.render)
         self._batches: dict[tuple[Any, ...], str] = {}
+        self._raw: RawPipeline | None = None  # the write connection's, once used
         self._reset_connections()
         self._present: set[str] = set()
         delay = RETRY_SLEEP_S
@@ -1402,6 +1504,26 @@ class PostgresBackend(Backend):
             self._assume_skip -= 1
             return False
         return bool(self._known.last)
+
+    def _batch_text(self, batch: Batch) -> str:
+        """The statement of ``batch`` (rendered once per kind of batch)."""
+        signature = batch.signature()
+        text = self._batches.get(signature)
+        if text is None:
+            if len(self._batches) >= STATEMENTS_CACHED_MAX:
+                self._batches.clear()
+            text = self._batches[signature] = render(
+                signature, {t: s.ident for t, s in self._sql.items()}
+            )
+        return text
+
+    def _raw_pipeline(self) -> RawPipeline:
+        """The statements prepared on the write connection for :meth:`_WriteScope._at_once`."""
+        raw = self._raw
+        if raw is None or raw.conn is not self._wconn:
+            assert self._wconn is not None
+            raw = self._raw = RawPipeline(self._wconn)
+        return raw
 
     def _stale_assumption(self) -> None:
         self.stale += 1

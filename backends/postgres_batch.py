@@ -42,6 +42,8 @@ STATEMENTS_CACHED_MAX = 256  # rendered statement texts kept per backend
 _ARRAY_HEADER = struct.Struct("!iiiii")  # dimensions, has nulls, element type; size, lower bound
 _ITEM_LEN = struct.Struct("!i")
 _NULL_ITEM = _ITEM_LEN.pack(-1)
+_ONE_HEADER = _ARRAY_HEADER.pack(1, 0, BYTEA_OID, 1, 1)
+_SIZED: tuple[type, ...] = (list, tuple, dict, type({}.keys()), type({}.values()))
 
 
 class ByteaArray(bytes):
@@ -52,6 +54,11 @@ class ByteaArray(bytes):
 
 def bytea_array(items: Iterable[bytes | bytearray | memoryview | None]) -> ByteaArray:
     """``items`` as one binary ``bytea[]`` (one dimension, lower bound 1; ``None`` is NULL)."""
+    if type(items) in _SIZED and len(items) == 1:  # type: ignore[arg-type]
+        # most of a LangGraph step's arrays: one key, one value
+        (v,) = items
+        if v is not None:
+            return ByteaArray(_ONE_HEADER + _ITEM_LEN.pack(len(v)) + v)
     pack = _ITEM_LEN.pack
     parts: list[bytes | bytearray | memoryview] = [b""]
     n = nulls = 0
@@ -123,10 +130,32 @@ class Batch:
                 rows = fresh
             self.inserts.setdefault(table, {}).update(rows)
             return
+        assumed = self.expects.get(table)
+        if assumed:
+            # A key this batch asserts absent, written: a plain INSERT checks the same (a row
+            # there fails it, unique_violation) and costs the server less than the upsert and
+            # the assertion's lookup.
+            fresh = {k: v for k, v in rows.items() if k in assumed and assumed[k] is None}
+            if fresh:
+                for k in fresh:
+                    del assumed[k]
+                if not assumed:
+                    del self.expects[table]
+                rows = {k: v for k, v in rows.items() if k not in fresh}
+                self.write(table, fresh, new=True)
+                if not rows:
+                    return
         inserts = self.inserts.get(table)
         if inserts:
-            for k in rows:
-                inserts.pop(k, None)  # written twice: upserted, the last value wins
+            # inserted, then written again: still the INSERT (it fails where a row was, as the
+            # statements in order would have), of the last value
+            again = [k for k in rows if k in inserts]
+            if again:
+                for k in again:
+                    inserts[k] = rows[k]
+                rows = {k: v for k, v in rows.items() if k not in inserts}
+                if not rows:
+                    return
         if upserts is None:
             self.upserts[table] = dict(rows)
         else:

@@ -15,6 +15,7 @@ from pg_schemas import PgSchemas
 from backends.base import WriteTxn
 from backends.postgres import PostgresBackend
 from backends.postgres_batch import bytea_array
+from backends.postgres_fast import RawPipeline
 
 TABLES = ("log", "a", "b")
 
@@ -33,8 +34,16 @@ def _statements(backend: PostgresBackend, fn: Any, monkeypatch: pytest.MonkeyPat
             sent.append(str(query))
         return execute(self, query, *args, **kwargs)
 
+    run = RawPipeline.run
+
+    def raw(self: RawPipeline, statements: Any, out: Any) -> None:  # a commit sent at once
+        if self.conn is backend._wconn:
+            sent.extend(text for text, _ in statements)
+        run(self, statements, out)
+
     with monkeypatch.context() as m:
         m.setattr(psycopg.Connection, "execute", counting)
+        m.setattr(RawPipeline, "run", raw)
         backend.run_write(fn)
     return sent
 
@@ -289,6 +298,56 @@ def test_stale_transactions_keep_the_connection_and_its_statements_prepare_again
         with ours.read() as r:
             assert r.get("a", b"y") == b"30"
             assert r.count("log") == 31
+    finally:
+        ours.close()
+        other.close()
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_a_row_read_absent_then_written_is_inserted_and_checked(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, twice: bool
+) -> None:
+    """A key the transaction read as absent (assumed, asserted), then wrote: a plain INSERT
+    stands for the assertion (no lookup of its own). Another writer's row there fails it (also
+    when written twice, the last value kept): nothing of the attempt commits and it runs again
+    on what is stored."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"x", b"1")))
+        seen: list[bytes | None] = []
+
+        def commit(txn: WriteTxn) -> None:
+            got = txn.get("a", b"y")
+            seen.append(got)
+            if twice:
+                txn.put("a", b"y", b"first")
+            txn.put("a", b"y", b"ours after " + repr(got).encode())
+
+        sent = _statements(ours, commit, monkeypatch)
+        assert ours.stale == 0
+        assert len(sent) == 5, sent  # BEGIN, the lock, one statement, COMMIT, the flush
+        assert sent[2].startswith("WITH ")
+        assert "ON CONFLICT" not in sent[2], sent[2]
+        assert "IS DISTINCT FROM" not in sent[2], sent[2]
+        with ours.read() as r:
+            assert r.get("a", b"y") == b"ours after None"
+        ours.run_write(lambda t: t.put("a", b"x", b"2"))  # y is known now
+        other.run_write(lambda t: t.put("a", b"z", b"other's"))
+        seen.clear()
+
+        def again(txn: WriteTxn) -> None:
+            got = txn.get("a", b"z")
+            seen.append(got)
+            if twice:
+                txn.put("a", b"z", b"first")
+            txn.put("a", b"z", b"ours after " + repr(got).encode())
+
+        ours.run_write(again)
+        assert ours.stale == 1
+        assert seen == [None, b"other's"]
+        with ours.read() as r:
+            assert r.get("a", b"z") == b'ours after b"other\'s"'
     finally:
         ours.close()
         other.close()

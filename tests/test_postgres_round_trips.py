@@ -237,3 +237,49 @@ def test_instance_rows_go_as_a_plain_insert_and_re_saved_instances_still_work(
     finally:
         for cl in logs:
             cl.close()
+
+
+@pytest.mark.parametrize("cut", ["before COMMIT", "after COMMIT"])
+def test_a_commit_sent_at_once_cut_off_lands_exactly_once(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: str
+) -> None:
+    """A commit sent at once through libpq's pipeline (``backends.postgres_fast``) whose
+    session ends in that round trip, before or after its COMMIT: the writer learns its fate
+    from the transaction id that came back, runs it again if it was rolled back, and it lands
+    exactly once (durable: ``fsync``)."""
+    from backends.postgres_fast import RawPipeline  # noqa: PLC0415
+
+    backend = PostgresBackend(pg_schemas.url(tmp_path), tables=("a",))
+    run = RawPipeline.run
+    cuts: list[int] = []
+    attempts: list[int] = []
+
+    def cutting(self: RawPipeline, statements: Any, out: Any) -> None:
+        texts = [text for text, _ in statements]
+        if "COMMIT" in texts and not cuts:
+            cuts.append(1)
+            at = texts.index("COMMIT") + (cut == "after COMMIT")
+            statements = [
+                *statements[:at],
+                ("SELECT pg_terminate_backend(pg_backend_pid())", None),
+                *statements[at:],
+            ]
+        run(self, statements, out)
+
+    def fn(txn: WriteTxn) -> None:
+        attempts.append(1)
+        txn.append("a", b"k2", b"second")
+
+    try:
+        backend.run_write(lambda txn: txn.append("a", b"k1", b"first"))
+        monkeypatch.setattr(RawPipeline, "run", cutting)
+        backend.run_write(fn)
+        assert cuts == [1]
+        assert len(attempts) == (2 if cut == "before COMMIT" else 1)
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"k1", b"first"), (b"k2", b"second")]
+        backend.run_write(lambda txn: txn.append("a", b"k3", b"third"))  # goes on
+        with backend.read() as r:
+            assert [k for k, _ in r.scan("a")] == [b"k1", b"k2", b"k3"]
+    finally:
+        backend.close()
