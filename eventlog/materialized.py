@@ -256,10 +256,11 @@ def write_save(
     *,
     book: Book,
     rows_written: bool = False,
+    memo: dict[int, tuple[bytes, HeadRow]] | None = None,
 ) -> HeadRow:
     """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows, with
     snapshot bookkeeping ``book`` (``rows_written``: its instance rows are written already, by
-    :func:`write_instances`)."""
+    :func:`write_instances`). ``memo``: gets ``sid -> (the head row's bytes, the row)``."""
     k = U64.pack(sid)
     if delta.state is not None or delta.state_splice is not None:
         txn.put(BODIES, k + b"s", head.state)
@@ -297,7 +298,10 @@ def write_save(
         head.kind, head.seq, len(head.positions),
         tuple([s.header for s in slots]) if slots else (), head.next_fid, *book,
     )  # fmt: skip
-    txn.put(HEADS, k, _enc.encode(row))
+    raw = _enc.encode(row)
+    txn.put(HEADS, k, raw)
+    if memo is not None:
+        memo[sid] = (raw, row)
     return row
 
 
