@@ -206,8 +206,11 @@ class _HeadFrame(DeferredFrame):
             else:
                 book = _book_after(txn, sid, before_row, frame, done)
         row = write_save(
-            txn, sid, before_row, frame, head, book=book, rows_written=self.rows_written()
-        )
+            txn, sid, before_row, frame, head, book=book, rows_written=self.rows_written(),
+            memo=(memo := owner._row_memo),
+        )  # fmt: skip
+        if len(memo) > HEAD_CACHE_MAX:  # (a memo: an entry dropped is decoded again)
+            del memo[next(iter(memo))]
         if head.slots or before_row is None or before_row.layout:  # (else _row saw it: ())
             owner._layout_seen(done.stream, row)
         owner._cache_put(done.stream, head)

@@ -35,12 +35,13 @@ from eventlog.frames import (
 from eventlog.layout import LOG, STREAMS, U64, U64X2
 from eventlog.log import Appended, EventLog
 from eventlog.materialized import (
+    HEADS,
     HeadRow,
+    decode_row,
     load_rows,
     page_at,
     read_head,
     read_page,
-    read_row,
 )
 from projections.records import (
     Head,
@@ -99,6 +100,9 @@ class HeadCache:
     _touched: set[str]
     _sids: dict[str, int]
     _layouts: dict[str, tuple[FanOutHeader, ...]]
+    # sid -> (bytes, row): the head row a save last wrote (write_save), so that reading it back
+    # decodes only bytes that differ (a row another process wrote, or a damaged one)
+    _row_memo: dict[int, tuple[bytes, HeadRow]]
     _rejected: list[_InstanceSaves]
     snapshot_instances_max: int
     snapshot_bytes_max: int
@@ -112,10 +116,18 @@ class HeadCache:
         """The stream's head row, read in the write transaction that is about to change it."""
         self._sids[stream] = sid
         self._touched.add(stream)
-        try:
-            row = read_row(txn, sid)
-        except msgspec.DecodeError as e:
-            raise damaged_row(stream, e, "saving to it") from e
+        raw = txn.get(HEADS, U64.pack(sid))
+        if raw is None:
+            row = None
+        elif (memo := self._row_memo.get(sid)) is not None and memo[0] == raw:
+            row = memo[1]  # the bytes this row was encoded to: no decode
+        else:
+            if memo is not None:
+                del self._row_memo[sid]
+            try:
+                row = decode_row(raw)
+            except msgspec.DecodeError as e:
+                raise damaged_row(stream, e, "saving to it") from e
         self._layout_seen(stream, row)
         return row
 

@@ -166,6 +166,7 @@ class CheckpointLog(HeadCache):
         # the fan-out layout of each stream's head row as last read or written (a hint: a
         # batch writes its instance rows before the writers' lock by it, and checks it after)
         self._layouts: dict[str, tuple[FanOutHeader, ...]] = {}
+        self._row_memo: dict[int, tuple[bytes, HeadRow]] = {}  # sid -> a head row written
         self._checker = RecordChecker(HEAD_CACHE_MAX)  # caller threads (thread-safe)
         self._rejected: list[_InstanceSaves] = []  # committed batches that left changes out
         # save_instance's checks, done once for a run of calls passing the same objects (each

@@ -256,10 +256,11 @@ def write_save(
     *,
     book: Book,
     rows_written: bool = False,
+    memo: dict[int, tuple[bytes, HeadRow]] | None = None,
 ) -> HeadRow:
     """Apply ``delta`` (which took the stream from ``before`` to ``head``) to the rows, with
     snapshot bookkeeping ``book`` (``rows_written``: its instance rows are written already, by
-    :func:`write_instances`)."""
+    :func:`write_instances`). ``memo``: gets ``sid -> (the head row's bytes, the row)``."""
     k = U64.pack(sid)
     if delta.state is not None or delta.state_splice is not None:
         txn.put(BODIES, k + b"s", head.state)
@@ -268,13 +269,16 @@ def write_save(
     if delta.positions_from >= 0:
         old_count = before.positions_count if before is not None else 0
         new_count = delta.positions_from + len(delta.positions)
-        txn.put_many(
-            POSITIONS,
-            [
-                (k + U32.pack(i), _enc.encode(p))
-                for i, p in enumerate(delta.positions, delta.positions_from)
-            ],
-        )  # overwrites rows below old_count in place
+        if len(delta.positions) == 1:  # the usual save: one position more (one call)
+            txn.put(POSITIONS, k + U32.pack(delta.positions_from), _enc.encode(delta.positions[0]))
+        else:
+            txn.put_many(
+                POSITIONS,
+                [
+                    (k + U32.pack(i), _enc.encode(p))
+                    for i, p in enumerate(delta.positions, delta.positions_from)
+                ],
+            )  # overwrites rows below old_count in place
         for i in range(new_count, old_count):
             txn.delete(POSITIONS, k + U32.pack(i))
     if delta.layout is not None and before is not None:
@@ -288,24 +292,16 @@ def write_save(
         if before is not None:
             txn.delete(BY_CORRELATION, corr_key(before.correlation_id, sid))
         txn.put(BY_CORRELATION, corr_key(head.correlation_id, sid), b"")
-    row = HeadRow(
-        invocation_id=head.invocation_id,
-        correlation_id=head.correlation_id,
-        schema_version=head.schema_version,
-        last_saved_at=head.last_saved_at,
-        kind=head.kind,
-        seq=head.seq,
-        positions_count=len(head.positions),
-        layout=tuple(s.header for s in head.slots),
-        next_fid=head.next_fid,
-        snapshot_seq=book.snapshot_seq,
-        chain_bytes=book.chain_bytes,
-        snapshot_bytes=book.snapshot_bytes,
-        paging_since=book.paging_since,
-        page_fid=book.page_fid,
-        page_next=book.page_next,
-    )
-    txn.put(HEADS, k, _enc.encode(row))
+    slots = head.slots
+    row = HeadRow(  # positional: keywords cost a Struct ~1k instructions more
+        head.invocation_id, head.correlation_id, head.schema_version, head.last_saved_at,
+        head.kind, head.seq, len(head.positions),
+        tuple([s.header for s in slots]) if slots else (), head.next_fid, *book,
+    )  # fmt: skip
+    raw = _enc.encode(row)
+    txn.put(HEADS, k, raw)
+    if memo is not None:
+        memo[sid] = (raw, row)
     return row
 
 

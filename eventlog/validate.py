@@ -35,7 +35,7 @@ import msgspec
 
 from eventlog.codec import check_lossless, enc_hook, encode_value, too_deep
 from eventlog.errors import EncodingError, InvalidRecord
-from eventlog.records import FanOutInstanceProgress, instance_from
+from eventlog.records import FanOutInstanceProgress, NodePosition, instance_from
 
 STATES: Final = frozenset(("completed", "in_flight", "not_started"))
 _INT_MIN: Final = -(2**63)
@@ -148,12 +148,48 @@ class _Positions(msgspec.Struct, array_like=True):
 _is_mapping_class: Final = Mapping.__subclasscheck__  # issubclass(t, Mapping), minus a lookup
 
 
+_INLINE_POSITIONS: Final = 4  # this few of ours are checked inline (convert's fixed cost,
+# ~2 us, is more than theirs)
+
+
+def _plain_positions(ps: Any, start: int) -> bool:
+    """Whether ``ps[start:]`` are all our NodePosition with fields ``convert`` (strict) takes
+    at once: exact str (ASCII: no lone surrogate), exact int in int64, None. ``False`` when any
+    is not (convert then decides, with its messages)."""
+    for i in range(start, len(ps)):
+        p = ps[i]
+        if p.__class__ is not NodePosition:
+            return False
+        ns, name, step = p.namespace, p.node_name, p.step
+        if ns.__class__ is not tuple or name.__class__ is not str or not name.isascii():
+            return False
+        for s in ns:
+            if s.__class__ is not str or not s.isascii():
+                return False
+        if step.__class__ is not int or not _INT_MIN <= step < _INT_END:
+            return False
+        attempt, index = p.attempt_index, p.fan_out_index
+        if attempt.__class__ is not int or not _INT_MIN <= attempt < _INT_END:
+            return False
+        if index is not None and (index.__class__ is not int or not _INT_MIN <= index < _INT_END):
+            return False
+    return True
+
+
 def check_positions(ps: Any, path: str, start: int = 0) -> None:
-    """A tuple of NodePosition (from index ``start``): one ``msgspec.convert`` (in C) when all
-    are valid, else the checks of :func:`check_position` name the first bad one."""
-    check_seq(ps, path)
+    """A tuple of NodePosition (from index ``start``): a few of ours checked inline, else one
+    ``msgspec.convert`` (in C) when all are valid; the checks of :func:`check_position` name
+    the first bad one."""
+    if type(ps) not in _SEQ:
+        fail(path, "a tuple (or list)", ps)
     if len(ps) <= start:
         return
+    if (
+        len(ps) - start <= _INLINE_POSITIONS
+        and _plain_positions(ps, start)
+        and not (start and any(map(_is_mapping_class, set(map(type, ps)))))
+    ):
+        return  # (a mapping anywhere is refused below, as convert's path always did)
     try:
         msgspec.convert(
             (ps[start:] if start else ps,), _Positions, from_attributes=True, strict=True
@@ -364,18 +400,22 @@ class RecordChecker:
         if old_positions and all(map(operator.is_, positions, old_positions)):
             start = min(len(positions), len(old_positions))
         check_positions(positions, "record.completed_positions", start)
-        seen = [
-            self._check_fan_out(
-                fp, f"record.fan_out_progress[{k}]", before[k] if k < len(before) else None
-            )
-            for k, fp in enumerate(progress)
-        ]
+        seen = (
+            tuple([
+                self._check_fan_out(
+                    fp, f"record.fan_out_progress[{k}]", before[k] if k < len(before) else None
+                )
+                for k, fp in enumerate(progress)
+            ])
+            if progress
+            else ()
+        )  # fmt: skip
         with self._lock:
-            self._seen[invocation_id] = (positions, tuple(seen))
+            self._seen[invocation_id] = (positions, seen)
             self._seen.move_to_end(invocation_id)
             while len(self._seen) > self._max:
                 self._seen.popitem(last=False)
-        return tuple(seen)
+        return seen
 
     @staticmethod
     def _check_fan_out(fp: Any, path: str, old: Seen | None) -> Seen:

@@ -412,41 +412,90 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
     correlation = rec.correlation_id
     schema = getattr(rec, "schema_version", "") or ""
     pos_from, positions = _positions_delta(head, rec.completed_positions)
-    layout, changes, slots, next_fid = _fan_out_delta(
-        head, getattr(rec, "fan_out_progress", ()), inc.seen
-    )
+    progress = getattr(rec, "fan_out_progress", ())
+    if progress or (head is not None and head.slots):
+        layout, changes, slots, next_fid = _fan_out_delta(head, progress, inc.seen)
+    else:  # no fan-out before or now (_fan_out_delta's first answer)
+        layout, changes, slots = None, (), None
+        next_fid = head.next_fid if head is not None else 1
+    if head is None:
+        return _first_delta(inc, invocation_id, schema, pos_from, positions, layout, changes,
+                            slots, next_fid)  # fmt: skip
     state: bytes | None = None
     splice: StateSplice | None = None
-    if head is None:
-        state = inc.state
-    elif inc.state != head.state:
+    new_state: bytes | None = None  # the head's state after the frame, when it changed
+    if inc.state != head.state:
+        new_state = inc.state
         splice = splice_of(head.state, inc.state)
         state = inc.state if splice is None else None
+    corr = correlation if correlation != head.correlation_id else None
+    schema_changed = schema if schema != head.schema_version else None
+    parents = inc.parent_states if inc.parent_states != head.parent_states else None
+    saved_at = float(rec.last_saved_at)
     frame = Save(
         kind=inc.kind,
-        saved_at=float(rec.last_saved_at),
-        correlation_id=correlation if head is None or correlation != head.correlation_id else None,
-        schema_version=schema if head is None or schema != head.schema_version else None,
+        saved_at=saved_at,
+        correlation_id=corr,
+        schema_version=schema_changed,
         state=state,
         state_splice=splice,
-        parent_states=(
-            inc.parent_states if head is None or inc.parent_states != head.parent_states else None
-        ),
+        parent_states=parents,
         positions_from=pos_from,
         positions=positions,
         layout=layout,
         instances=changes,
     )
-    seq = (head.seq if head is not None else 0) + 1
-    if head is not None:
-        head.slots = []  # already updated in ``slots``; keeps apply_inplace from redoing it
-    # The head takes the caller's bytes as they are (no re-splicing), and the fan-out changes
-    # are applied already (``slots``).
-    applied = msgspec.structs.replace(
-        frame, layout=None, instances=(), state=state if splice is None else inc.state,
-        state_splice=None,
-    )  # fmt: skip
-    after = apply_inplace(head, applied, seq, invocation_id)
+    # The head updated as apply_inplace would by ``frame``, inline: it takes the caller's
+    # bytes as they are (no re-splicing), and the fan-out changes are applied already (``slots``).
+    if corr is not None:
+        head.correlation_id = corr
+    if schema_changed is not None:
+        head.schema_version = schema_changed
+    if new_state is not None:
+        head.state = bytes(new_state)
+    if parents is not None:
+        head.parent_states = bytes(parents)
+    if pos_from >= 0:
+        del head.positions[pos_from:]
+        head.positions.extend(positions)
+    head.pos_src = rec.completed_positions
+    head.slots = slots if slots is not None else []
+    head.next_fid = next_fid  # (_fan_out_delta counts on from head.next_fid: never less)
+    head.last_saved_at = saved_at
+    head.kind = inc.kind
+    head.seq += 1
+    return frame, head
+
+
+def _first_delta(
+    inc: Incoming,
+    invocation_id: str,
+    schema: str,
+    pos_from: int,
+    positions: tuple[NodePosition, ...],
+    layout: tuple[FanOutHeader, ...] | None,
+    changes: tuple[InstanceChange, ...],
+    slots: list[Slot] | None,
+    next_fid: int,
+) -> tuple[Save, Head]:
+    """:func:`delta` from no head: the whole record."""
+    rec = inc.record
+    frame = Save(
+        kind=inc.kind,
+        saved_at=float(rec.last_saved_at),
+        correlation_id=rec.correlation_id,
+        schema_version=schema,
+        state=inc.state,
+        parent_states=inc.parent_states,
+        positions_from=pos_from,
+        positions=positions,
+        layout=layout,
+        instances=changes,
+    )
+    # The head takes the caller's bytes as they are, and the fan-out changes are applied
+    # already (``slots``).
+    applied = msgspec.structs.replace(frame, layout=None, instances=())
+    after = apply_inplace(None, applied, 1, invocation_id)
     assert after is not None
     after.pos_src = rec.completed_positions
     if slots is not None:
