@@ -119,21 +119,30 @@ def _chunk_writes(
     return out
 
 
-def _resolved(rr: ReadRow, sid: int, patches: Patches) -> bool:
-    """Whether ``rr`` 's values need no transaction: each stored inline whole (or empty), its
-    resolved bytes kept by the saver, or an inline patch whose keyframe the saver kept."""
+def _keyframes_needed(rr: ReadRow, sid: int, patches: Patches) -> list[tuple[int, str]] | None:
+    """``(seq, channel)`` of the keyframes ``rr`` 's values need that the saver does not keep;
+    ``None`` when a value needs a transaction anyway (stored apart from its read row, or an
+    append, whose base is read). Values stored inline whole (or empty), or whose resolved bytes
+    the saver keeps, need nothing."""
+    want: list[tuple[int, str]] = []
     for ch, seq, inline in rr.values:
         if inline is not None and inline.kind in (BLOB_FULL, BLOB_EMPTY):
             continue
         if inline is not None and inline.kind != BLOB_PATCH:  # an append: its base is read
-            return False
+            return None
         if patches.known((sid, seq, ch), touch=False) is not None:
             continue
         if inline is None or not 0 < inline.base < seq:
-            return False
+            return None
         if patches.known((sid, inline.base, ch), touch=False) is None:  # its keyframe
-            return False
-    return True
+            want.append((inline.base, ch))
+    return want
+
+
+def _resolved(rr: ReadRow, sid: int, patches: Patches) -> bool:
+    """Whether ``rr`` 's values need no transaction: each stored inline whole (or empty), its
+    resolved bytes kept by the saver, or an inline patch whose keyframe the saver kept."""
+    return _keyframes_needed(rr, sid, patches) == []
 
 
 def _kept(patches: Patches, key: tuple[int, int, str], cid: str) -> tuple[str, bytes]:
@@ -355,24 +364,16 @@ class SaverReads(BaseCheckpointSaver[str]):
         """Keep the keyframes ``rr`` 's inline patches need and the saver does not hold, read
         in one statement outside a transaction (a keyframe row never changes while it exists),
         so that the read needs no transaction: one round trip where a read transaction takes
-        three. One absent (removed meanwhile) is left to the transaction's read."""
-        patches = self._patches
-        want = [
-            (inline.base, ch)
-            for ch, seq, inline in rr.values
-            if inline is not None
-            and inline.kind == BLOB_PATCH
-            and 0 < inline.base < seq
-            and patches.known((sid, seq, ch), touch=False) is None
-            and patches.known((sid, inline.base, ch), touch=False) is None
-        ]
+        three. Nothing is read when a value needs the transaction anyway; one absent (removed
+        meanwhile) is left to the transaction's read."""
+        want = _keyframes_needed(rr, sid, self._patches)
         if not want:
             return
         for (base, ch), row in zip(
             want, read_keyframes_now(self.log.backend, sid, want), strict=True
         ):
             if row is not None:
-                patches.keep((sid, base, ch), (row[0], bytes(row[1])))
+                self._patches.keep((sid, base, ch), (row[0], bytes(row[1])))
 
     def _latest_now(self, tid: str, ns: str, tkey: bytes, skip: Collection[bytes]) -> _Read | None:
         """The newest checkpoint from its ``lg_latest`` rows read in one statement, leaving
@@ -380,7 +381,7 @@ class SaverReads(BaseCheckpointSaver[str]):
         got = read_latest_parts(self.log.backend, tkey, skip)
         if got is None or got[1] is None or got[1].checkpoint_id != got[0].checkpoint_id:
             return None
-        return self._latest_read(tid, ns, got[0], self._kept_writes(got[1]), got[2])
+        return self._latest_read(tid, ns, tkey, got[0], self._kept_writes(got[1]), got[2])
 
     def _get_named(
         self, tid: str, ns: str, cid: str, serde: SerializerProtocol
@@ -418,14 +419,15 @@ class SaverReads(BaseCheckpointSaver[str]):
     def _read_latest(self, txn: ReadTxn, tid: str, ns: str) -> _Read | None:
         """The newest checkpoint from its ``lg_latest`` rows (one read, no frame decoded when
         its writes are kept too); ``None`` when the stream has none (then the other tables)."""
-        got = read_latest_parts(txn, thread_key(tid, ns))
+        tkey = thread_key(tid, ns)
+        got = read_latest_parts(txn, tkey)
         if got is None:
             return None
         lr, lw, raw_k = got
         if lw is not None and lw.checkpoint_id == lr.checkpoint_id:
-            return self._latest_read(tid, ns, lr, self._kept_writes(lw), raw_k)
+            return self._latest_read(tid, ns, tkey, lr, self._kept_writes(lw), raw_k)
         reader = self._reader(txn, lr.sid, self.serde)
-        return self._latest_read(tid, ns, lr, self._writes(reader, lr.checkpoint_id), raw_k)
+        return self._latest_read(tid, ns, tkey, lr, self._writes(reader, lr.checkpoint_id), raw_k)
 
     @staticmethod
     def _kept_writes(lw: LatestWrites) -> list[tuple[str, LgWrite]]:
@@ -436,6 +438,7 @@ class SaverReads(BaseCheckpointSaver[str]):
         self,
         tid: str,
         ns: str,
+        tkey: bytes,
         lr: LatestRow,
         pending: list[tuple[str, LgWrite]],
         raw_k: list[tuple[bytes, bytes]] | None,
@@ -470,7 +473,7 @@ class SaverReads(BaseCheckpointSaver[str]):
                     filled.append((seq, link))
                 chain = tuple(filled)
             chains.append((ch, chain))
-        self._hold_links(thread_key(tid, ns), held)
+        self._hold_links(tkey, held)
         return _Read(
             (tid, ns, lr.sid), lr.checkpoint_id, lr.row, lr.checkpoint_type, lr.checkpoint,
             lr.versions, chains, pending, latest=True,
