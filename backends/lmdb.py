@@ -480,10 +480,14 @@ class _WriteScope:
                     env.refuse_replaced()
             try:
                 env.enter()
-                try:
-                    self.txn = env.begin(True, self.path)
-                except BaseException:
+                try:  # (env.begin inline: positional, py-lmdb parses keywords slower)
+                    self.txn = env.env.begin(None, None, True)
+                except lmdb.MapResizedError:
+                    self.txn = None
+                except BaseException as e:
                     env.leave()
+                    if isinstance(e, lmdb.Error):
+                        raise _translate(e, f"writing {self.path!r}") from e
                     raise
             except BaseException:
                 env.unlock_writers()
@@ -1142,6 +1146,15 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
                 self._check_key(key)  # raises with the message for the offending key
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        if len(pairs) == 1:  # a save's index row: one put, checked inline (no call per step)
+            key, value = pairs[0]
+            if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
+                self._check_key(key)  # raises
+            dbs = self._dbs
+            self._txn.put(
+                key, value, True, True, False, dbs[table] if table in dbs else self._db(table)
+            )
+            return
         self._check_keys(pairs)
         _LmdbWrite.put_built(self, table, pairs)
 
@@ -1153,13 +1166,20 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         if len(pairs) <= _CURSOR_FROM:
             put = self._txn.put
             for key, value in pairs:
-                put(key, value, db=db)
+                put(key, value, True, True, False, db)  # (positional: see put)
             return
         with self._txn.cursor(db=db) as cur:
             cur.putmulti(pairs, dupdata=True, overwrite=True, append=False)
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         if not pairs:
+            return
+        if len(pairs) == 1:  # a commit's one frame: its key checked inline
+            key = pairs[0][0]
+            if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
+                self._check_key(key)  # raises
+            dbs = self._dbs
+            self._append_first(table, dbs[table] if table in dbs else self._db(table), pairs)
             return
         self._check_keys(pairs)
         if len(pairs) > 1:
