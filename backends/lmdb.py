@@ -479,7 +479,13 @@ class _WriteScope:
                 if links == 0:
                     env.refuse_replaced()
             try:
-                env.enter()
+                (mutex := env._mutex).acquire()  # (env.enter inline)
+                try:
+                    while env._resizing:
+                        env._cond.wait()
+                    env._active += 1
+                finally:
+                    mutex.release()
                 try:  # (env.begin inline: positional, py-lmdb parses keywords slower)
                     self.txn = env.env.begin(None, None, True)
                 except lmdb.MapResizedError:
@@ -534,7 +540,13 @@ class _WriteScope:
                 else:
                     return  # the exception propagates
         finally:
-            env.leave()
+            (mutex := env._mutex).acquire()  # (env.leave inline)
+            try:
+                env._active -= 1
+                if env._resizing:
+                    env._cond.notify_all()
+            finally:
+                mutex.release()
             if env.lock_fd is not None:
                 _flock(env.lock_fd, _LOCK_UN)
             env.write_lock.release()
@@ -1087,7 +1099,8 @@ class _LmdbRead(ReadTxn):
 
 class _LmdbWrite(_LmdbRead, WriteTxn):
     def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        super().__init__(txn, dbs)
+        self._txn = txn  # (_LmdbRead.__init__ inline: one per commit, super() costs a call)
+        self._dbs = dbs
         self._max_key = max_key
 
     def serial(self) -> int:
@@ -1210,7 +1223,9 @@ class _LmdbLoggedWrite(_LmdbWrite):
     of a durable commit (backends/lmdb_wal.py). Values are copied by ``bytes`` already."""
 
     def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        super().__init__(txn, dbs, max_key)
+        self._txn = txn  # (_LmdbWrite.__init__ inline: one per durable commit)
+        self._dbs = dbs
+        self._max_key = max_key
         self.ops: list[tuple[str, bytes, bytes | None]] = []
 
     def put(self, table: str, key: bytes, value: bytes) -> None:

@@ -135,9 +135,21 @@ class _HeadFrame(DeferredFrame):
     ) -> CheckpointFrame:
         owner = self.owner
         before_head, before_row = owner._head(txn, stream, sid, seq, row)
-        frame, head = self._delta(before_head, stream)
+        if isinstance(self, _Save):  # a whole record's save (_Save._delta, inline)
+            frame, head = delta(before_head, self.inc, stream)
+        else:
+            frame, head = self._delta(before_head, stream)
         head.seq = seq
-        as_snapshot = _snapshot_due(before_row, seq)
+        if before_row is None:  # (_snapshot_due, inline)
+            as_snapshot = True
+        elif before_row.paging_since:
+            as_snapshot = False
+        else:
+            snap = before_row.snapshot_bytes
+            as_snapshot = before_row.chain_bytes > SNAPSHOT_RATIO * snap or (
+                seq - before_row.snapshot_seq
+                >= max(SNAPSHOT_FRAMES_MAX, snap // SNAPSHOT_BYTES_PER_FRAME)
+            )
         if before_row is not None and (before_row.paging_since or (
             as_snapshot and owner._paged(before_row)
         )):  # fmt: skip
@@ -206,14 +218,19 @@ class _HeadFrame(DeferredFrame):
             else:
                 book = _book_after(txn, sid, before_row, frame, done)
         row = write_save(
-            txn, sid, before_row, frame, head, book=book, rows_written=self.rows_written(),
+            txn, sid, before_row, frame, head, book=book,
+            rows_written=not isinstance(self, _Save) and self.rows_written(),
             memo=(memo := owner._row_memo),
         )  # fmt: skip
         if len(memo) > HEAD_CACHE_MAX:  # (a memo: an entry dropped is decoded again)
             del memo[next(iter(memo))]
         if head.slots or before_row is None or before_row.layout:  # (else _row saw it: ())
             owner._layout_seen(done.stream, row)
-        owner._cache_put(done.stream, head)
+        cache = owner._cache  # (owner._cache_put, inline: _head took the stream out of it)
+        cache[done.stream] = head
+        cache.move_to_end(done.stream)
+        while len(cache) > HEAD_CACHE_MAX:
+            cache.popitem(last=False)
 
 
 class _Save(_HeadFrame):

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -133,8 +132,8 @@ class _Led(_Waiter):
 _LED = _Led()
 
 
-@dataclass(eq=False, slots=True)
-class _Item:
+class _Item(msgspec.Struct, eq=False):  # (a Struct: built in C, ~20 bytecodes less than a
+    # dataclass's __init__ a save; eq=False: items compare by identity, as `in batch` needs)
     stream: str
     frame: Any
     expect_seq: int | None = None
@@ -143,7 +142,7 @@ class _Item:
     aio: tuple[asyncio.AbstractEventLoop, asyncio.Future[Appended]] | None = None
     payload: bytes = b""
     flags: int = 0
-    result: Appended | BaseException | int | None = field(default=None, repr=False)
+    result: Appended | BaseException | int | None = None
     buffered: bool = False  # appended with durable=False: nobody waits for it
     saves: int = 1  # buffered calls this item carries (more than one once joined: a batch)
 

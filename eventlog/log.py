@@ -354,7 +354,8 @@ class EventLog(GroupCommit):
         # The usual call, in one hold of the lock: queue it (as _enqueue does) and, when no
         # commit runs, take the batch (as _lead does); a caller whose item is in the batch it
         # commits reads its result from the item (nothing to signal: its future is _LED).
-        with self._mutex:
+        (mutex := self._mutex).acquire()  # (not a with statement: it binds two methods a call)
+        try:
             self._admit_locked()
             self._queue_locked(item)
             if self._committing:
@@ -365,6 +366,8 @@ class EventLog(GroupCommit):
                 self._committing = True
                 batch = self._take_batch_locked()
                 waiter = item.future = _LED if batch[-1] is item else _Waiter()
+        finally:
+            mutex.release()
         if batch is not None:
             self._commit_taken(batch)
         if waiter is _LED:
@@ -400,10 +403,13 @@ class EventLog(GroupCommit):
             if not isinstance(e, Exception):
                 raise  # KeyboardInterrupt, SystemExit: still the caller's to see
         finally:
-            with self._mutex:
+            (mutex := self._mutex).acquire()
+            try:
                 self._committing = False
                 if self._queue:
                     self._cond.notify()  # the writer takes what arrived meanwhile
+            finally:
+                mutex.release()
 
     def append_many(
         self, items: Iterable[tuple[str, Any]], *, durable: bool = True

@@ -392,8 +392,12 @@ class RecordChecker:
         progress = getattr(rec, "fan_out_progress", ())
         if type(progress) not in _SEQ:
             check_seq(progress, "record.fan_out_progress")
-        with self._lock:
+        # (the lock taken by acquire/release: a with statement binds its two methods each time)
+        (lock := self._lock).acquire()
+        try:
             old_positions, before = self._seen.get(invocation_id, ((), ()))
+        finally:
+            lock.release()
         # Positions the previous check saw, the same objects (a resume map that grows), are
         # not checked again: only the ones after that prefix.
         start = 0
@@ -410,11 +414,14 @@ class RecordChecker:
             if progress
             else ()
         )  # fmt: skip
-        with self._lock:
-            self._seen[invocation_id] = (positions, seen)
-            self._seen.move_to_end(invocation_id)
-            while len(self._seen) > self._max:
-                self._seen.popitem(last=False)
+        lock.acquire()
+        try:
+            (known := self._seen)[invocation_id] = (positions, seen)
+            known.move_to_end(invocation_id)
+            while len(known) > self._max:
+                known.popitem(last=False)
+        finally:
+            lock.release()
         return seen
 
     @staticmethod
