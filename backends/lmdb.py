@@ -50,12 +50,12 @@ import secrets
 import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import lmdb
 
@@ -83,6 +83,8 @@ from eventlog.errors import (
     StorageFull,
     UnsupportedFormat,
 )
+
+T = TypeVar("T")
 
 try:  # py-lmdb 3 refuses to open one environment twice in a process (see _lift_open_guard)
     _lmdb_envid: Any = importlib.import_module("lmdb._envid")
@@ -1116,14 +1118,20 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
             )
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        if type(key) is not bytes or not 0 < len(key) <= self._max_key:
-            self._check_key(key)  # raises
-        dbs = self._dbs  # (inline: a put per row of every save)
+        if key.__class__ is not bytes:
+            self._check_key(key)  # raises, unless a bytes subclass of a storable length
         # (dupdata, overwrite, append, db) positional: py-lmdb parses keywords ~0.6k
-        # instructions slower a call (the same holds for get's (default, db))
-        self._txn.put(
-            key, value, True, True, False, dbs[table] if table in dbs else self._db(table)
-        )
+        # instructions slower a call (the same holds for get's (default, db)). An empty key, or
+        # one over max_key, LMDB refuses before writing anything (MDB_BAD_VALSIZE, and the
+        # transaction stays usable): named then, rather than measured at every put.
+        try:
+            self._txn.put(key, value, True, True, False, self._dbs[table])
+        except KeyError:
+            self._db(table)  # raises: the table was not declared
+            raise
+        except lmdb.BadValsizeError:
+            self._check_key(key)  # raises, naming the key
+            raise
 
     def delete(self, table: str, key: bytes) -> bool:
         if not key:  # LMDB rejects an empty key; none can be stored anyway
@@ -1161,12 +1169,16 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         if len(pairs) == 1:  # a save's index row: one put, checked inline (no call per step)
             key, value = pairs[0]
-            if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
-                self._check_key(key)  # raises
-            dbs = self._dbs
-            self._txn.put(
-                key, value, True, True, False, dbs[table] if table in dbs else self._db(table)
-            )
+            if key.__class__ is not bytes:
+                self._check_key(key)  # raises, unless a bytes subclass of a storable length
+            try:  # (as put)
+                self._txn.put(key, value, True, True, False, self._dbs[table])
+            except KeyError:
+                self._db(table)  # raises: the table was not declared
+                raise
+            except lmdb.BadValsizeError:
+                self._check_key(key)  # raises, naming the key
+                raise
             return
         self._check_keys(pairs)
         _LmdbWrite.put_built(self, table, pairs)
@@ -1229,13 +1241,17 @@ class _LmdbLoggedWrite(_LmdbWrite):
         self.ops: list[tuple[str, bytes, bytes | None]] = []
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        if type(key) is not bytes or not 0 < len(key) <= self._max_key:
-            self._check_key(key)  # raises
-        dbs = self._dbs  # (_LmdbWrite.put inline: a put per row of every durable save)
-        self._txn.put(
-            key, value, True, True, False, dbs[table] if table in dbs else self._db(table)
-        )
-        self.ops.append((table, key, value if type(value) is bytes else bytes(value)))
+        if key.__class__ is not bytes:
+            self._check_key(key)  # raises, unless a bytes subclass of a storable length
+        try:  # (_LmdbWrite.put inline: a put per row of every durable save)
+            self._txn.put(key, value, True, True, False, self._dbs[table])
+        except KeyError:
+            self._db(table)  # raises: the table was not declared
+            raise
+        except lmdb.BadValsizeError:
+            self._check_key(key)  # raises, naming the key
+            raise
+        self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
 
     def delete(self, table: str, key: bytes) -> bool:
         deleted = super().delete(table, key)
@@ -1368,6 +1384,34 @@ class LmdbBackend(Backend):
 
     def read(self) -> _ReadScope:
         return _ReadScope(self)
+
+    def run_write(
+        self,
+        fn: Callable[[WriteTxn], T],
+        *,
+        attempts: int = 8,
+        before_lock: Callable[[WriteTxn], None] | None = None,
+    ) -> T:
+        """:meth:`Backend.run_write`, the scope entered and left by direct calls: a ``with``
+        statement binds ``__enter__`` and ``__exit__`` anew at every commit. The same rules:
+        ``__exit__`` sees the exception (and never suppresses it), or ``None`` on success."""
+        for attempt in range(attempts):
+            try:
+                scope = self.write()
+                txn = scope.__enter__()
+                try:
+                    if before_lock is not None:
+                        before_lock(txn)
+                    result = fn(txn)
+                except BaseException as e:
+                    scope.__exit__(type(e), e, e.__traceback__)
+                    raise
+                scope.__exit__(None, None, None)
+                return result
+            except RetryableWrite:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def write(self) -> _WriteScope:
         env = self._handle()  # first, so a closed backend says LogClosed even when read-only

@@ -534,6 +534,52 @@ def test_put_many_names_the_bad_key_and_writes_nothing(
         backend.close()
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (b"", r"keys must be non-empty bytes, got b''"),
+        ("k9", r"keys must be non-empty bytes, got 'k9'"),
+        (b"k" * 600, r"key of 600 bytes exceeds the LMDB limit of \d+ bytes"),
+    ],
+)
+@pytest.mark.parametrize("durability", ["process", "fsync"])
+def test_one_row_writes_name_the_bad_key_and_the_transaction_goes_on(
+    tmp_path: Path, bad: Any, message: str, durability: str
+) -> None:
+    """``put``, and ``put_many`` / ``append_many`` of one row (a commit's rows), leave a key's
+    length to LMDB (which refuses it before writing anything) and name it as before; the
+    transaction stays usable, and an undeclared table is named too. A bytes subclass of a
+    storable length passes."""
+    backend = _open(tmp_path / "log", durability=durability)
+    try:
+        with backend.write() as w:
+            with pytest.raises(CheckpointError, match=message):
+                w.put("a", bad, b"v")
+            with pytest.raises(CheckpointError, match=message):
+                w.put_many("a", [(bad, b"v")])
+            with pytest.raises(CheckpointError, match=message):
+                w.append_many("b", [(bad, b"v")])
+            with pytest.raises(CheckpointError, match=r"table 'c' was not declared"):
+                w.put("c", b"k", b"v")
+            with pytest.raises(CheckpointError, match=r"table 'c' was not declared"):
+                w.put_many("c", [(b"k", b"v")])
+            w.put("a", _Key(b"s1"), b"v1")
+            w.put_many("a", [(_Key(b"s2"), b"v2")])
+            w.append_many("b", [(b"t1", b"w1")])
+        with backend.read() as r:
+            assert list(r.scan("a")) == [(b"s1", b"v1"), (b"s2", b"v2")]
+            assert list(r.scan("b")) == [(b"t1", b"w1")]
+    finally:
+        backend.close()
+    if durability == "fsync":  # the redo records hold what committed, and replay it
+        backend = _open(tmp_path / "log", durability=durability)
+        try:
+            with backend.read() as r:
+                assert r.count("a") == 2
+        finally:
+            backend.close()
+
+
 @pytest.mark.parametrize("durability", ["process", "fsync"])
 def test_put_built_writes_and_logs_the_rows_unchecked(tmp_path: Path, durability: str) -> None:
     """``put_built`` (rows whose keys the caller built: a fan-out batch's) writes what
