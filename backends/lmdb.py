@@ -965,8 +965,10 @@ class _LmdbRead(ReadTxn):
             ) from None
 
     def get(self, table: str, key: bytes) -> bytes | None:
-        dbs = self._dbs  # (self._db(table), inline for a declared table)
-        db = dbs[table] if table in dbs else self._db(table)
+        try:  # (self._db(table), inline for a declared table)
+            db = self._dbs[table]
+        except KeyError:
+            db = self._db(table)  # raises
         if db is None or not key:  # LMDB rejects an empty key; none can be stored anyway
             return None
         try:

@@ -227,7 +227,9 @@ class CheckpointLog(HeadCache):
         log = self.log
         if invocation_id not in log._ids:  # a stream with an id was validated already
             stream_key_bytes(invocation_id, log.backend.max_key_bytes)
-        if record is None or isinstance(record, (dict, list, tuple, str, bytes)):
+        if record.__class__ is not CheckpointRecord and (  # (ours: no tuple isinstance)
+            record is None or isinstance(record, (dict, list, tuple, str, bytes))
+        ):
             fail("record", "a CheckpointRecord (or an object with its attributes)", record)
         if (fans := getattr(record, "fan_out_progress", None)).__class__ is tuple and fans:
             record = materialized(record)  # a loaded record's lazy instances, as tuples

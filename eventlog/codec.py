@@ -33,6 +33,7 @@ import struct
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
@@ -455,12 +456,19 @@ def encode_value(value: Any, path: str = "state") -> bytes:
     return data
 
 
+ENCODE_ERRORS: Final = (RecursionError, TypeError, ValueError, OverflowError, NotImplementedError)
+"""What :meth:`Serializer.encode` turns into :class:`EncodingError`."""
+
+
 class Serializer(Generic[T]):
     """One msgspec msgpack ``Encoder`` and one typed ``Decoder``, built once."""
 
     def __init__(self, type_: Any) -> None:
         self._enc = msgspec.msgpack.Encoder(enc_hook=enc_hook)
         self._dec: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type_)
+        # The encoder's own method, for a hot path that calls :meth:`encode` only when it
+        # raises (one of ENCODE_ERRORS), to get the error naming the path.
+        self.encode_fast: Callable[[Any], bytes] = self._enc.encode
 
     def encode(self, value: T) -> bytes:
         try:

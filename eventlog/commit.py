@@ -23,6 +23,7 @@ import msgspec
 from backends.base import Backend, ReadTxn, WriteTxn, current_pid
 from eventlog.codec import (
     CHECKSUM_BYTES,
+    ENCODE_ERRORS,
     HEADER_BYTES,
     ZERO_CHECKSUM,
     Compressor,
@@ -337,8 +338,17 @@ class GroupCommit:
     def _encode(self, item: _Item, frame: Any, fast: bool = False) -> None:
         """Encode and compress ``frame`` into ``item``; the encoded and stored sizes are bounded
         by ``frame_bytes_max`` so every acknowledged frame also reads back within it."""
-        raw = self._serializer.encode(frame)
-        item.payload, item.flags = self._compressor.compress(raw, fast)
+        ser = self._serializer
+        try:  # (the encoder's own method: its wrapper runs only to name what failed)
+            raw = ser.encode_fast(frame)
+        except ENCODE_ERRORS:
+            raw = ser.encode(frame)  # raises EncodingError, naming the path
+        comp = self._compressor
+        if len(raw) < comp.threshold_bytes:  # (compress's first case, inline)
+            item.payload = raw
+            item.flags = 0
+        else:
+            item.payload, item.flags = comp.compress(raw, fast)
         stored = len(item.payload) + HEADER_BYTES
         limit = self.frame_bytes_max
         if stored > limit or len(raw) + HEADER_BYTES > limit:
@@ -421,13 +431,14 @@ class GroupCommit:
             self._keep_buffered(batch, failure)
         for it in frames:
             res = it.result
-            if isinstance(res, int):
-                self._log_bytes += res
+            cls = res.__class__  # (exact classes: results are never subclasses of these)
+            if cls is Appended:
+                self._log_bytes += res.stored_bytes  # type: ignore[union-attr]
+                self._frames_appended += 1
+            elif cls is int:
+                self._log_bytes += res  # type: ignore[operator]
                 self._frames_appended += 1
                 it.result = None
-            elif isinstance(res, Appended):
-                self._log_bytes += res.stored_bytes
-                self._frames_appended += 1
         self._resolve(batch)
 
     def _write(self, txn: WriteTxn) -> dict[str, int]:
@@ -444,13 +455,14 @@ class GroupCommit:
         known, tails = w.known, w.tails
         for it in items:
             it.result = None
-            known_sid = known.get(it.stream)  # (w.stream_id, w.tail inline for a known stream)
-            sid, fresh = (known_sid, False) if known_sid else w.stream_id(it.stream)
+            stream, effect = it.stream, it.effect
+            known_sid = known.get(stream)  # (w.stream_id, w.tail inline for a known stream)
+            sid, fresh = (known_sid, False) if known_sid else w.stream_id(stream)
             tail = tails.get(sid) or w.tail(sid, fresh)
             seq = tail[0] + 1
             if it.expect_seq is not None and it.expect_seq != seq:
                 it.result = SequenceConflict(
-                    f"stream {it.stream!r} is at seq {tail[0]}, so this append would get seq "
+                    f"stream {stream!r} is at seq {tail[0]}, so this append would get seq "
                     f"{seq}, but it expected seq {it.expect_seq}; another writer appended "
                     "(or an earlier frame failed): reload the stream and try again"
                 )
@@ -459,23 +471,27 @@ class GroupCommit:
             if deferred is not None:
                 if w.log_rows and (not deferred.own_stream_reads or sid in w.pending_sids):
                     w.write_pending()
-                frame = deferred.build(txn, it.stream, sid, seq)
+                frame = deferred.build(txn, stream, sid, seq)
                 if frame is None:
                     continue  # nothing to append (e.g. deleting an unknown invocation)
                 self._encode(it, frame, deferred.fast_compress)  # raising aborts the batch
+            elif effect is None and it.future is None and it.aio is None:
+                if fresh:
+                    w.register(stream, sid)
+                it.result = w.add(sid, seq, tail[1], it)[2]  # nobody reads where it landed:
+                continue  # only count it
             if fresh:
-                w.register(it.stream, sid)
+                w.register(stream, sid)
             gseq, checksum, size = w.add(sid, seq, tail[1], it)
-            if deferred is None and it.effect is None and it.future is None and it.aio is None:
-                it.result = size  # nobody reads where it landed: only count it
-                continue
-            done = Appended(it.stream, seq, gseq, checksum, size)
-            if it.effect is not None or (deferred is not None and not deferred.own_stream_reads):
-                w.write_pending()
+            done = Appended(stream, seq, gseq, checksum, size)
             if deferred is not None:
+                if effect is not None or not deferred.own_stream_reads:
+                    w.write_pending()
                 deferred.appended(txn, done)
-            if it.effect is not None:
-                it.effect(txn, done, it.frame)
+            elif effect is not None:
+                w.write_pending()
+            if effect is not None:
+                effect(txn, done, it.frame)
             it.result = done
         if w.log_rows:
             w.write_pending()
@@ -560,6 +576,11 @@ class _TxnWriter:
     each; :meth:`write_pending` runs before any deferred frame or effect (one that reads only
     its stream's rows: when that stream has some pending), so those see the transaction.
     """
+
+    __slots__ = (
+        "found_ids", "gseq", "index_rows", "known", "log_rows", "new_ids", "next_id",
+        "pending_sids", "seal", "serial", "tails", "txn",
+    )  # fmt: skip
 
     def __init__(self, log: GroupCommit, txn: WriteTxn, items: Sequence[_Item] = ()) -> None:
         self.txn = txn

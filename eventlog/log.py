@@ -372,7 +372,7 @@ class EventLog(GroupCommit):
             self._commit_taken(batch)
         if waiter is _LED:
             res = item.result
-            if isinstance(res, BaseException):
+            if res.__class__ is not Appended and isinstance(res, BaseException):
                 raise res
             return res  # type: ignore[return-value]
         done: Appended = waiter.result()
