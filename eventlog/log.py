@@ -340,7 +340,11 @@ class EventLog(GroupCommit):
         the process dies first. ``expect_seq``: conditional on the seq it gets (optimistic
         concurrency), else :class:`SequenceConflict`. ``linger``: seconds to wait for another
         thread's commit to take it (one flush for both)."""
-        item = self._make_item(stream, frame, expect_seq, effect)
+        if stream not in self._ids:  # (_make_item, inline: a stream with an id was validated)
+            stream_key_bytes(stream, self._max_key)
+        if frame.__class__ is Event:  # an application event: its fields are the caller's
+            check_event(frame)
+        item = _Item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
             return None
@@ -356,8 +360,18 @@ class EventLog(GroupCommit):
         # commits reads its result from the item (nothing to signal: its future is _LED).
         (mutex := self._mutex).acquire()  # (not a with statement: it binds two methods a call)
         try:
-            self._admit_locked()
-            self._queue_locked(item)
+            if (  # (_admit_locked's checks, inline: each is a no-op on the usual append)
+                self._failed is not None
+                or self._closed
+                or self._writer is None
+                or self._pid != current_pid()
+                or self.stager is not None
+            ):
+                self._admit_locked()
+            if self._buffers:  # (_queue_locked: only buffered frames need its work)
+                self._queue_locked(item)
+            else:
+                self._queue.append(item)
             if self._committing:
                 waiter = item.future = _Waiter()
                 self._cond.notify()
@@ -437,7 +451,11 @@ class EventLog(GroupCommit):
 
         The frame is queued before the first ``await``, so concurrent tasks commit in call order.
         """
-        item = self._make_item(stream, frame, expect_seq, effect)
+        if stream not in self._ids:  # (_make_item, inline: a stream with an id was validated)
+            stream_key_bytes(stream, self._max_key)
+        if frame.__class__ is Event:  # an application event: its fields are the caller's
+            check_event(frame)
+        item = _Item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
             return None

@@ -387,7 +387,8 @@ class RecordChecker:
             )
         if type(cid) is not str:
             check_str(cid, "record.correlation_id")
-        schema = getattr(rec, "schema_version", "")
+        ours = rec.__class__ is CheckpointRecord  # (its fields are there: no getattr)
+        schema = rec.schema_version if ours else getattr(rec, "schema_version", "")
         if type(schema) is not str:
             check_str(schema, "record.schema_version")
         if type(saved) is not float:
@@ -396,7 +397,7 @@ class RecordChecker:
             check_seq(parents, "record.parent_states")
         if type(positions) not in _SEQ:
             check_seq(positions, "record.completed_positions")
-        progress = getattr(rec, "fan_out_progress", ())
+        progress = rec.fan_out_progress if ours else getattr(rec, "fan_out_progress", ())
         if type(progress) not in _SEQ:
             check_seq(progress, "record.fan_out_progress")
         # (the lock taken by acquire/release: a with statement binds its two methods each time)
