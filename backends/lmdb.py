@@ -1201,12 +1201,14 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
         if not pairs:
             return
-        if len(pairs) == 1:  # a commit's one frame: its key checked inline
-            key = pairs[0][0]
+        if len(pairs) == 1:  # a commit's one frame: its key checked, and put, inline
+            key, value = pairs[0]
             if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
                 self._check_key(key)  # raises
             dbs = self._dbs
-            self._append_first(table, dbs[table] if table in dbs else self._db(table), pairs)
+            db = dbs[table] if table in dbs else self._db(table)
+            if not self._txn.put(key, value, True, True, True, db):  # (as _append_first)
+                self._append_first(table, db, pairs)  # refused again: raises, naming the keys
             return
         self._check_keys(pairs)
         if len(pairs) > 1:
@@ -1288,7 +1290,9 @@ class _LmdbLoggedWrite(_LmdbWrite):
         if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
             self._check_key(key)  # raises
         dbs = self._dbs
-        self._append_first(table, dbs[table] if table in dbs else self._db(table), pairs)
+        db = dbs[table] if table in dbs else self._db(table)
+        if not self._txn.put(key, value, True, True, True, db):  # (as _append_first)
+            self._append_first(table, db, pairs)  # refused again: raises, naming the keys
         self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
 
 
