@@ -345,8 +345,7 @@ class GroupCommit:
             raw = ser.encode(frame)  # raises EncodingError, naming the path
         comp = self._compressor
         if len(raw) < comp.threshold_bytes:  # (compress's first case, inline)
-            item.payload = raw
-            item.flags = 0
+            item.payload, item.flags = raw, 0
         else:
             item.payload, item.flags = comp.compress(raw, fast)
         stored = len(item.payload) + HEADER_BYTES
@@ -475,21 +474,17 @@ class GroupCommit:
                 if frame is None:
                     continue  # nothing to append (e.g. deleting an unknown invocation)
                 self._encode(it, frame, deferred.fast_compress)  # raising aborts the batch
-            elif effect is None and it.future is None and it.aio is None:
-                if fresh:
-                    w.register(stream, sid)
-                it.result = w.add(sid, seq, tail[1], it)[2]  # nobody reads where it landed:
-                continue  # only count it
             if fresh:
                 w.register(stream, sid)
             gseq, checksum, size = w.add(sid, seq, tail[1], it)
+            if deferred is None and effect is None and it.future is None and it.aio is None:
+                it.result = size  # nobody reads where it landed: only count it
+                continue
             done = Appended(stream, seq, gseq, checksum, size)
-            if deferred is not None:
-                if effect is not None or not deferred.own_stream_reads:
-                    w.write_pending()
-                deferred.appended(txn, done)
-            elif effect is not None:
+            if effect is not None or (deferred is not None and not deferred.own_stream_reads):
                 w.write_pending()
+            if deferred is not None:
+                deferred.appended(txn, done)
             if effect is not None:
                 effect(txn, done, it.frame)
             it.result = done
@@ -576,11 +571,6 @@ class _TxnWriter:
     each; :meth:`write_pending` runs before any deferred frame or effect (one that reads only
     its stream's rows: when that stream has some pending), so those see the transaction.
     """
-
-    __slots__ = (
-        "found_ids", "gseq", "index_rows", "known", "log_rows", "new_ids", "next_id",
-        "pending_sids", "seal", "serial", "tails", "txn",
-    )  # fmt: skip
 
     def __init__(self, log: GroupCommit, txn: WriteTxn, items: Sequence[_Item] = ()) -> None:
         self.txn = txn

@@ -340,10 +340,8 @@ class EventLog(GroupCommit):
         the process dies first. ``expect_seq``: conditional on the seq it gets (optimistic
         concurrency), else :class:`SequenceConflict`. ``linger``: seconds to wait for another
         thread's commit to take it (one flush for both)."""
-        if stream not in self._ids:  # (_make_item, inline: a stream with an id was validated)
-            stream_key_bytes(stream, self._max_key)
-        if frame.__class__ is Event:  # an application event: its fields are the caller's
-            check_event(frame)
+        if stream not in self._ids or frame.__class__ is Event:  # (else _make_item checks none)
+            self._make_item(stream, frame, expect_seq, effect)  # raises when a check fails
         item = _Item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
@@ -360,18 +358,8 @@ class EventLog(GroupCommit):
         # commits reads its result from the item (nothing to signal: its future is _LED).
         (mutex := self._mutex).acquire()  # (not a with statement: it binds two methods a call)
         try:
-            if (  # (_admit_locked's checks, inline: each is a no-op on the usual append)
-                self._failed is not None
-                or self._closed
-                or self._writer is None
-                or self._pid != current_pid()
-                or self.stager is not None
-            ):
-                self._admit_locked()
-            if self._buffers:  # (_queue_locked: only buffered frames need its work)
-                self._queue_locked(item)
-            else:
-                self._queue.append(item)
+            self._admit_locked()
+            self._queue_locked(item)
             if self._committing:
                 waiter = item.future = _Waiter()
                 self._cond.notify()
@@ -416,14 +404,12 @@ class EventLog(GroupCommit):
             self._die(e, batch)  # an internal error: fail every waiter rather than hang one
             if not isinstance(e, Exception):
                 raise  # KeyboardInterrupt, SystemExit: still the caller's to see
-        finally:
-            (mutex := self._mutex).acquire()
-            try:
-                self._committing = False
-                if self._queue:
-                    self._cond.notify()  # the writer takes what arrived meanwhile
-            finally:
-                mutex.release()
+        finally:  # (not a with statement: nothing below raises with the lock held)
+            self._mutex.acquire()
+            self._committing = False
+            if self._queue:
+                self._cond.notify()  # the writer takes what arrived meanwhile
+            self._mutex.release()
 
     def append_many(
         self, items: Iterable[tuple[str, Any]], *, durable: bool = True
@@ -451,11 +437,7 @@ class EventLog(GroupCommit):
 
         The frame is queued before the first ``await``, so concurrent tasks commit in call order.
         """
-        if stream not in self._ids:  # (_make_item, inline: a stream with an id was validated)
-            stream_key_bytes(stream, self._max_key)
-        if frame.__class__ is Event:  # an application event: its fields are the caller's
-            check_event(frame)
-        item = _Item(stream, frame, expect_seq, effect)
+        item = self._make_item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
             return None
