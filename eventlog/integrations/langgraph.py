@@ -307,7 +307,8 @@ class CkptlogSaver(SaverReads):
             _check_str(task_path, "task_path")
         by_idx: dict[int, LgWrite] = {}  # special channels: the last write of a call wins
         for i, (channel, value) in enumerate(writes):
-            _check_str(channel, f"writes[{i}] channel")
+            if type(channel) is not str:  # (the message is built only for a bad one)
+                _check_str(channel, f"writes[{i}] channel")
             idx = WRITES_IDX_MAP.get(channel, i)
             typ, data = serde.dumps_typed(value)
             by_idx[idx] = LgWrite(idx, channel, typ, data)

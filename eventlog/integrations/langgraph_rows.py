@@ -478,7 +478,7 @@ def make_read_row(txn: ReadTxn, sid: int, seq: int, frame: LgCheckpoint) -> Read
         values.append((channel, at, got[1] if got is not None and got[0] == at else None))
     return ReadRow(
         checkpoint_row(seq, frame), frame.checkpoint_type, frame.checkpoint,
-        dict(frame.versions), tuple(values),
+        frame.versions, tuple(values),
     )  # fmt: skip
 
 
@@ -658,8 +658,9 @@ def _apply_checkpoint(
         txn.delete(RUNS, run_key(old_run, sid, frame.checkpoint_id))
     if frame.run_id is not None:
         txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
-    for blob in frame.blobs:
-        txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
+    at = U64.pack(seq)
+    for blob in frame.blobs:  # (blob_key, inline)
+        txn.put(BLOBS, k + _s16(blob.channel) + version_key(blob.version), at)
     txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
     for blob in patched_keyframes(txn, sid, frame):
         txn.put(LATEST, keyframe_key(sid, seq, blob.channel), encode_keyframe(blob))
