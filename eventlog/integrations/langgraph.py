@@ -256,10 +256,13 @@ class CkptlogSaver(SaverReads):
     def _remember(self, stream: str, op: PutFrame, done: Appended | None) -> None:
         if done is None:
             return
+        kept = False
         for _, memo in op.memos:
             if memo is not None:
                 memo.committed(done.seq)
-        self._memos.put_many(stream, op.memos)
+                kept = True
+        if kept:  # (a put of small scalars only has none: the lock is not taken)
+            self._memos.put_many(stream, op.memos)
         for channel, full in op.fulls:  # the bytes a read of this version (or a delta) needs
             self._patches.keep((op.sid, done.seq, channel), full)
 
