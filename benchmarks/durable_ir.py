@@ -8,9 +8,11 @@ operation (every thread; system calls, and so the flushes themselves, are not co
 ``CheckpointLog.save`` at ``"fsync"`` of a ~200 B and a ~4 KiB state (the states of
 :mod:`benchmarks.durable_commit`; ``save200p``: the 200 B save at ``"process"``, what the
 durable path adds is the difference), ``LmdbSaver.put`` at fsync, and for scale raw py-lmdb
-(one put per synced transaction) and SQLite WAL FULL (one INSERT + COMMIT). ``K`` is a
-multiple of the segment's checkpoint cadence so that checkpoints are amortized in. It also
-prints the bytes handed to ``write``/``pwrite`` per operation (``/proc/self/io`` ``wchar``),
+(one put per synced transaction) and SQLite WAL FULL (one INSERT + COMMIT). ``lgwrites``: a
+graph step's ``put_writes`` (two writes of one task, against the current checkpoint) then its
+``put``, as a ``durability="sync"`` loop makes them (``put_writes`` alone: it less ``lgput``).
+``K`` is a multiple of the segment's checkpoint cadence so that checkpoints are amortized in.
+It also prints the bytes handed to ``write``/``pwrite`` per operation (``/proc/self/io`` ``wchar``),
 measured without valgrind. Needs ``valgrind`` on the PATH.
 """
 
@@ -52,6 +54,22 @@ def _ops(d: Path, name: str) -> tuple[Callable[[int], None], Callable[[], None]]
             state["c"] = saver.put(state.get("c", config), cp, md, versions)
 
         return put, saver.close
+    if name == "lgwrites":
+        from eventlog.integrations.langgraph import LmdbSaver  # noqa: PLC0415
+
+        wsaver = LmdbSaver.open(d / "lg")
+        wstate: dict[str, Any] = {}
+
+        def step(i: int) -> None:  # a task's writes against the current checkpoint, then put
+            config, cp, md, versions = _lg_checkpoint(i)
+            current = wstate.get("c")
+            if current is not None:
+                writes = [("n", i), ("branch:to:bump", None)]
+                wsaver.put_writes(current, writes, f"task-{i}", "~__pregel_pull, bump")
+            cp["id"] = f"{i:032d}"
+            wstate["c"] = wsaver.put(current or config, cp, md, versions)
+
+        return step, wsaver.close
     value = b"x" * 200
     if name == "rawlmdb":
         return raw_lmdb_commits(d / "raw", value, sync=True, map_size=1 << 28)
@@ -59,7 +77,7 @@ def _ops(d: Path, name: str) -> tuple[Callable[[int], None], Callable[[], None]]
     return sqlite_commits(d / "sq.db", value, synchronous="FULL")
 
 
-ROWS = ("save200", "save4096", "lgput", "rawlmdb", "sqlite", "save200p")
+ROWS = ("save200", "save4096", "lgput", "rawlmdb", "sqlite", "save200p", "lgwrites")
 
 
 def child(name: str, n: int) -> None:

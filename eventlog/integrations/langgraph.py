@@ -256,10 +256,13 @@ class CkptlogSaver(SaverReads):
     def _remember(self, stream: str, op: PutFrame, done: Appended | None) -> None:
         if done is None:
             return
+        kept = False
         for _, memo in op.memos:
             if memo is not None:
                 memo.committed(done.seq)
-        self._memos.put_many(stream, op.memos)
+                kept = True
+        if kept:  # (a put of small scalars only has none: the lock is not taken)
+            self._memos.put_many(stream, op.memos)
         for channel, full in op.fulls:  # the bytes a read of this version (or a delta) needs
             self._patches.keep((op.sid, done.seq, channel), full)
 
@@ -307,7 +310,8 @@ class CkptlogSaver(SaverReads):
             _check_str(task_path, "task_path")
         by_idx: dict[int, LgWrite] = {}  # special channels: the last write of a call wins
         for i, (channel, value) in enumerate(writes):
-            _check_str(channel, f"writes[{i}] channel")
+            if type(channel) is not str:  # (the message is built only for a bad one)
+                _check_str(channel, f"writes[{i}] channel")
             idx = WRITES_IDX_MAP.get(channel, i)
             typ, data = serde.dumps_typed(value)
             by_idx[idx] = LgWrite(idx, channel, typ, data)

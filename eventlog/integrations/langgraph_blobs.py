@@ -517,17 +517,20 @@ def msgpack_array_header(count: int) -> bytes:
     return b"\xdd" + U32.pack(count)
 
 
-def full_blob(channel: str, version: Any, vkey: bytes, value: Any, serde: Serde) -> Pending:
+def full_blob(channel: str, version: Any, vkey: bytes | None, value: Any, serde: Serde) -> Pending:
     """The value stored whole. Only a value a delta can be taken against (a list, or one of
     ``PATCH_MIN_BYTES`` or more) gets a memo; its bytes are kept for reads (``Pending.full``)
     when it is such a base or too big to be inlined in read rows: a small scalar is neither
     (the channel's last memo, if any, stays: a delta against it is checked in the write
-    transaction as any other)."""
+    transaction as any other). ``vkey``: ``version_key(version)`` (``None``: computed here
+    when a memo needs it)."""
     typ, data = serde.dumps_typed(value)
     is_list = type(value) is list
     if not is_list and len(data) < PATCH_MIN_BYTES:
         full = (typ, data) if len(data) > INLINE_MAX else None
         return Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", None, full)
+    if vkey is None:
+        vkey = version_key(version)
     memo = Memo(
         vkey=vkey,
         seq=0,
@@ -578,13 +581,13 @@ def plan_blob(
     deltas since the keyframe would outweigh it ``CHAIN_RATIO`` times (the cost of cumulative
     deltas stays bounded).
     """
-    vkey = version_key(version)
     if channel not in values:
         return Pending(LgBlob(channel, version, BLOB_EMPTY), None, b"", None)
     value = values[channel]
     m = memos.get(stream, channel)
     if m is None or m.seq == 0 or m.key_seq == 0:
-        return full_blob(channel, version, vkey, value, serde)
+        return full_blob(channel, version, None, value, serde)
+    vkey = version_key(version)
     if m.links >= (KEYFRAME_EVERY if m.elements is not None else PATCH_KEYFRAME_EVERY):
         return full_blob(channel, version, vkey, value, serde)
     budget = CHAIN_RATIO * m.full_bytes - m.delta_bytes

@@ -56,7 +56,8 @@ def _check_str(value: Any, where: str) -> None:
 def _check_versions(versions: Mapping[str, Any], where: str) -> None:
     """``new_versions``: str channels, plain versions (stored as typed as they are)."""
     for channel, version in versions.items():
-        _check_str(channel, f"{where} key {channel!r}")
+        if type(channel) is not str:  # (the message is built only for a bad one)
+            _check_str(channel, f"{where} key {channel!r}")
         if not (isinstance(version, (str, float)) or is_int(version)):
             raise InvalidCheckpoint(
                 f"{where}[{channel!r}] is a {type(version).__name__} ({version!r}); LangGraph "

@@ -64,6 +64,7 @@ from eventlog.integrations.langgraph_rows import (
     latest_values,
     latest_versions,
     latest_writes_key,
+    newer_than_latest,
     write_key,
     writes_prefix,
 )
@@ -92,6 +93,8 @@ class ViewFrame(DeferredFrame):
 
 
 class PutFrame(ViewFrame):
+    fast_compress = True  # zstd's fastest level: a put's frame is small (durable_ir: -4k)
+
     def __init__(
         self,
         tkey: bytes,
@@ -133,18 +136,23 @@ class PutFrame(ViewFrame):
         yield LATEST, latest_blobs_key(self.tkey)
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
-        super().appended(txn, done)
-        log, sid = self.log, self.sid
-        if log is None or not isinstance(self.frame, LgCheckpoint):
-            drop_latest(txn, self.tkey)
+        log, sid, frame, tkey = self.log, self.sid, self.frame, self.tkey
+        if log is None or not isinstance(frame, LgCheckpoint):
+            super().appended(txn, done)
+            drop_latest(txn, tkey)
             return
+        # The c row first (apply_rows leaves it alone): a checkpoint newer than the one it
+        # names is new to the stream, so apply_rows reads none of its rows (newer_than_latest).
+        head = latest_head(txn, tkey)
+        newer = newer_than_latest(head, sid, frame.checkpoint_id)
+        self.fresh = apply_rows(txn, sid, done.seq, frame, tkey, newer=newer)
 
         def reader() -> BlobReader:  # keeps nothing: chains as stored, as verify reads them
             return BlobReader(
                 log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False
             )
 
-        keep_latest(txn, self.frame, sid, self.tkey, done.seq, reader, fresh=self.fresh)
+        keep_latest(txn, frame, sid, tkey, done.seq, reader, fresh=self.fresh, head=head)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
         blobs: list[LgBlob] = []
@@ -195,6 +203,15 @@ class _Prev:
         return self._values
 
 
+def latest_head(txn: WriteTxn, tkey: bytes) -> LatestHead | None:
+    """The stream's ``c`` row as a put reads it (``None``: absent, or it does not decode)."""
+    raw = txn.get(LATEST, latest_key(tkey))
+    return None if raw is None else decode_latest_head(raw)
+
+
+_UNREAD: Any = object()
+
+
 def keep_latest(
     txn: WriteTxn,
     frame: LgCheckpoint,
@@ -204,6 +221,7 @@ def keep_latest(
     make_reader: Callable[[], BlobReader],
     *,
     fresh: bool = False,
+    head: LatestHead | None = _UNREAD,
 ) -> None:
     """Update ``lg_latest`` for the checkpoint ``frame`` just stored at ``seq`` (its rows are
     applied; ``fresh``: :func:`apply_rows` found the stream's view empty before it, so it is
@@ -215,9 +233,10 @@ def keep_latest(
     can read).
 
     The previous row is decoded as far as the put needs it (:class:`_Prev`); a row that does
-    not decode counts as absent."""
-    raw = txn.get(LATEST, latest_key(tkey))
-    head = None if raw is None else decode_latest_head(raw)
+    not decode counts as absent. ``head``: that row as the caller read it in this transaction
+    (:func:`latest_head`, after nothing wrote it), else it is read here."""
+    if head is _UNREAD:
+        head = latest_head(txn, tkey)
     prev = None if head is None else _Prev(head)
     try:
         _keep_latest(txn, frame, sid, tkey, seq, make_reader, prev, fresh)
@@ -403,6 +422,7 @@ class WritesFrame(ViewFrame):
     def __init__(self, tkey: bytes, frame: LgWrites) -> None:
         super().__init__(tkey)
         self.planned = frame
+        self.latest: LatestWrites | None = None  # the w row, as build read it
 
     def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
         f = self.planned
@@ -418,12 +438,20 @@ class WritesFrame(ViewFrame):
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgWrites | None:
         f = self.planned
-        keep = tuple(
-            w
-            for w in f.writes
-            if w.idx < 0
-            or txn.get(WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx)) is None
-        )
+        raw = txn.get(LATEST, latest_writes_key(self.tkey))
+        lw = self.latest = None if raw is None else _dec_latest_writes.decode(raw)
+        if lw is not None and lw.checkpoint_id == f.checkpoint_id:
+            # the w row holds exactly the checkpoint's writes: no write row to read
+            task = f.task_id
+            stored = {w.idx for t, _, w in lw.writes if t == task}
+            keep = tuple(w for w in f.writes if w.idx < 0 or w.idx not in stored)
+        else:
+            keep = tuple(
+                w
+                for w in f.writes
+                if w.idx < 0
+                or txn.get(WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx)) is None
+            )
         if not keep:
             return None  # every write is already stored: nothing to append
         self.sid = sid
@@ -442,18 +470,26 @@ class WritesFrame(ViewFrame):
         return frame
 
     def appended(self, txn: WriteTxn, done: Appended) -> None:
-        super().appended(txn, done)
-        if isinstance(self.frame, LgWrites):
-            keep_latest_writes(txn, self.tkey, self.frame)
+        frame, lw = self.frame, self.latest
+        if not isinstance(frame, LgWrites):
+            super().appended(txn, done)
+            return
+        # build read the w row (nothing wrote it since): present, lg_threads names the stream
+        apply_rows(txn, self.sid, done.seq, frame, self.tkey, newer=lw is not None)
+        keep_latest_writes(txn, self.tkey, frame, lw)
 
 
-def keep_latest_writes(txn: WriteTxn, tkey: bytes, frame: LgWrites) -> None:
+def keep_latest_writes(
+    txn: WriteTxn, tkey: bytes, frame: LgWrites, lw: LatestWrites | None = _UNREAD
+) -> None:
     """Add the writes of ``frame`` (its rows applied) to the ``lg_latest`` writes row when they
-    belong to its checkpoint (an upsert, as the write rows are)."""
-    raw = txn.get(LATEST, latest_writes_key(tkey))
-    if raw is None:
+    belong to its checkpoint (an upsert, as the write rows are). ``lw``: that row as the caller
+    read it in this transaction (``None``: absent), else it is read here."""
+    if lw is _UNREAD:
+        raw = txn.get(LATEST, latest_writes_key(tkey))
+        lw = None if raw is None else _dec_latest_writes.decode(raw)
+    if lw is None:
         return
-    lw = _dec_latest_writes.decode(raw)
     if lw.checkpoint_id != frame.checkpoint_id:
         return
     kept = {(task, w.idx): (task, path, w) for task, path, w in lw.writes}

@@ -478,7 +478,7 @@ def make_read_row(txn: ReadTxn, sid: int, seq: int, frame: LgCheckpoint) -> Read
         values.append((channel, at, got[1] if got is not None and got[0] == at else None))
     return ReadRow(
         checkpoint_row(seq, frame), frame.checkpoint_type, frame.checkpoint,
-        dict(frame.versions), tuple(values),
+        frame.versions, tuple(values),
     )  # fmt: skip
 
 
@@ -598,35 +598,54 @@ def _keep_thread(txn: WriteTxn, tkey: bytes, k: bytes) -> None:
         txn.put(THREADS, tkey, k)
 
 
-def apply_rows(txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes) -> bool:
+def apply_rows(
+    txn: WriteTxn, sid: int, seq: int, frame: Any, tkey: bytes, *, newer: bool = False
+) -> bool:
     """:func:`projections.langgraph.apply` on the tables, in the frame's transaction. ``True``
     when the frame is a checkpoint and the stream's view was empty before it (its
-    ``lg_threads`` entry was absent): then it is the stream's only checkpoint."""
+    ``lg_threads`` entry was absent): then it is the stream's only checkpoint.
+
+    ``newer``: for a checkpoint, the caller read the stream's ``lg_latest`` ``c`` row
+    (:func:`newer_than_latest`) and it names this stream and a smaller checkpoint id than the
+    frame's, so the checkpoint was never stored (the row names the greatest id stored) and the
+    view is not empty: the rows that say so are not read again. For writes, the caller read
+    the stream's ``w`` row (present only with a ``c`` row: the view is not empty), so
+    ``lg_threads`` is not read."""
     if isinstance(frame, LgCheckpoint):
-        return _apply_checkpoint(txn, sid, seq, frame, tkey)
+        return _apply_checkpoint(txn, sid, seq, frame, tkey, newer)
     k = U64.pack(sid)
     if isinstance(frame, LgWrites):
+        prefix = writes_prefix(sid, frame.checkpoint_id) + _s16(frame.task_id)
+        path = frame.task_path
         for pos, w in enumerate(frame.writes):
             txn.put(
-                WRITES,
-                write_key(sid, frame.checkpoint_id, frame.task_id, w.idx),
-                _enc.encode(WriteRow(seq, pos, frame.task_path)),
+                WRITES, prefix + U32.pack(w.idx + IDX_BIAS), _enc.encode(WriteRow(seq, pos, path))
             )
-        if frame.writes:
+        if frame.writes and not newer:  # (newer: the caller knows lg_threads names it)
             _keep_thread(txn, tkey, k)
     elif isinstance(frame, LgRemove):
         _apply_remove(txn, sid, frame, tkey)
     return False
 
 
-def _apply_checkpoint(txn: WriteTxn, sid: int, seq: int, frame: LgCheckpoint, tkey: bytes) -> bool:
+def newer_than_latest(head: LatestHead | None, sid: int, checkpoint_id: str) -> bool:
+    """``head`` (the stream's ``c`` row, as stored) names stream ``sid`` and a checkpoint id
+    below ``checkpoint_id``: then ``checkpoint_id`` was never stored in the stream (the row
+    names its greatest id) and the stream's view is not empty (see :func:`apply_rows`)."""
+    return head is not None and head.sid == sid and head.checkpoint_id < checkpoint_id
+
+
+def _apply_checkpoint(
+    txn: WriteTxn, sid: int, seq: int, frame: LgCheckpoint, tkey: bytes, newer: bool = False
+) -> bool:
     """The rows of a checkpoint: its read row (it replaced the ``lg_checkpoints`` row, which a
-    checkpoint stored again loses), blob index, run index, keyframe rows."""
+    checkpoint stored again loses), blob index, run index, keyframe rows. ``newer``: see
+    :func:`apply_rows` (no row of the checkpoint to replace, ``lg_threads`` names the stream)."""
     k = U64.pack(sid)
     ckey = checkpoint_key(sid, frame.checkpoint_id)
-    fresh = txn.get(THREADS, tkey) != k
+    fresh = False if newer else txn.get(THREADS, tkey) != k
     old_run = None
-    if not fresh:  # the checkpoint may be stored again: its new rows replace the old
+    if not (fresh or newer):  # the checkpoint may be stored again: its new rows replace the old
         old = txn.get(CHECKPOINTS, ckey)
         if old is not None:  # stored before read rows replaced these: the read row does
             old_run = _dec_ckpt.decode(old).run_id
@@ -639,8 +658,9 @@ def _apply_checkpoint(txn: WriteTxn, sid: int, seq: int, frame: LgCheckpoint, tk
         txn.delete(RUNS, run_key(old_run, sid, frame.checkpoint_id))
     if frame.run_id is not None:
         txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
-    for blob in frame.blobs:
-        txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), U64.pack(seq))
+    at = U64.pack(seq)
+    for blob in frame.blobs:  # (blob_key, inline)
+        txn.put(BLOBS, k + _s16(blob.channel) + version_key(blob.version), at)
     txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
     for blob in patched_keyframes(txn, sid, frame):
         txn.put(LATEST, keyframe_key(sid, seq, blob.channel), encode_keyframe(blob))
