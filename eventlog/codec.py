@@ -52,7 +52,9 @@ FLAG_COMPRESSED: Final = 0x01
 FLAG_DICTIONARY: Final = 0x02
 KNOWN_FLAGS: Final = FLAG_COMPRESSED | FLAG_DICTIONARY
 
-COMPRESS_THRESHOLD_BYTES: Final = 512  # below this zstd gains little without a dictionary
+COMPRESS_THRESHOLD_BYTES: Final = 1024  # below this zstd gains little without a dictionary,
+# and its fixed cost (~4-12 µs a frame) is a large part of a small save's CPU (new logs only:
+# a log keeps the threshold it was created with, in its meta record)
 COMPRESS_LEVEL: Final = 3
 FAST_LEVEL: Final = 1  # batch frames of fan-out instance results: smaller and faster than 3
 

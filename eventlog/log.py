@@ -42,6 +42,7 @@ import msgspec
 
 from backends.base import Backend, Durability, ReadTxn, WriteTxn, current_pid
 from eventlog.codec import (
+    COMPRESS_THRESHOLD_BYTES,
     FORMAT_VERSION,
     Compressor,
     Sealer,
@@ -214,7 +215,7 @@ class EventLog(GroupCommit):
                 "format_version": FORMAT_VERSION,
                 "checksum": "blake2b-128" + ("-keyed" if self._chain_key else ""),
                 "compression": "zstd",
-                "compress_threshold_bytes": compress_threshold_bytes or 512,
+                "compress_threshold_bytes": compress_threshold_bytes or COMPRESS_THRESHOLD_BYTES,
                 "created_at": time.time(),
             }
             if not self.backend.readonly:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from eventlog.codec import (
     CHECKSUM_BYTES,
+    COMPRESS_THRESHOLD_BYTES,
     FLAG_COMPRESSED,
     FLAG_DICTIONARY,
     FORMAT_VERSION,
@@ -178,13 +179,14 @@ def test_compressor_round_trips_and_never_grows(raw: bytes, threshold: int, leve
 def test_compressor_compresses_repetitive_input_above_default_threshold(
     chunk: bytes, extra: int
 ) -> None:
-    raw = chunk * (600 // len(chunk) + 1 + extra)  # >= 600 bytes, at most 64 distinct
+    size = COMPRESS_THRESHOLD_BYTES + 88
+    raw = chunk * (size // len(chunk) + 1 + extra)  # above the threshold, at most 64 distinct
     stored, flags = Compressor().compress(raw)
     assert flags == FLAG_COMPRESSED
     assert len(stored) < len(raw)
 
 
-@given(st.binary(max_size=511))
+@given(st.binary(max_size=COMPRESS_THRESHOLD_BYTES - 1))
 def test_compressor_leaves_input_below_default_threshold_alone(raw: bytes) -> None:
     assert Compressor().compress(raw) == (raw, 0)
 
