@@ -1169,18 +1169,9 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
                 self._check_key(key)  # raises with the message for the offending key
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        if len(pairs) == 1:  # a save's index row: one put, checked inline (no call per step)
+        if len(pairs) == 1:  # a save's index row: one put (no multi-row checks)
             key, value = pairs[0]
-            if key.__class__ is not bytes:
-                self._check_key(key)  # raises, unless a bytes subclass of a storable length
-            try:  # (as put)
-                self._txn.put(key, value, True, True, False, self._dbs[table])
-            except KeyError:
-                self._db(table)  # raises: the table was not declared
-                raise
-            except lmdb.BadValsizeError:
-                self._check_key(key)  # raises, naming the key
-                raise
+            _LmdbWrite.put(self, table, key, value)
             return
         self._check_keys(pairs)
         _LmdbWrite.put_built(self, table, pairs)
@@ -1245,16 +1236,7 @@ class _LmdbLoggedWrite(_LmdbWrite):
         self.ops: list[tuple[str, bytes, bytes | None]] = []
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        if key.__class__ is not bytes:
-            self._check_key(key)  # raises, unless a bytes subclass of a storable length
-        try:  # (_LmdbWrite.put inline: a put per row of every durable save)
-            self._txn.put(key, value, True, True, False, self._dbs[table])
-        except KeyError:
-            self._db(table)  # raises: the table was not declared
-            raise
-        except lmdb.BadValsizeError:
-            self._check_key(key)  # raises, naming the key
-            raise
+        _LmdbWrite.put(self, table, key, value)
         self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
 
     def delete(self, table: str, key: bytes) -> bool:
@@ -1286,13 +1268,8 @@ class _LmdbLoggedWrite(_LmdbWrite):
             super().append_many(table, pairs)
             self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
             return
+        _LmdbWrite.append_many(self, table, pairs)  # (its one-row case)
         key, value = pairs[0]
-        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
-            self._check_key(key)  # raises
-        dbs = self._dbs
-        db = dbs[table] if table in dbs else self._db(table)
-        if not self._txn.put(key, value, True, True, True, db):  # (as _append_first)
-            self._append_first(table, db, pairs)  # refused again: raises, naming the keys
         self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
 
 

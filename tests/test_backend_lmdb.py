@@ -503,14 +503,14 @@ class _Key(bytes):
     """A bytes subclass: ``put`` and ``put_many`` take it as a key."""
 
 
-@pytest.mark.parametrize(
-    ("bad", "message"),
-    [
-        (b"", r"keys must be non-empty bytes, got b''"),
-        ("k9", r"keys must be non-empty bytes, got 'k9'"),
-        (b"k" * 600, r"key of 600 bytes exceeds the LMDB limit of \d+ bytes"),
-    ],
-)
+_BAD_KEYS = [  # what a write refuses, with the message naming it
+    (b"", r"keys must be non-empty bytes, got b''"),
+    ("k9", r"keys must be non-empty bytes, got 'k9'"),
+    (b"k" * 600, r"key of 600 bytes exceeds the LMDB limit of \d+ bytes"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), _BAD_KEYS)
 @pytest.mark.parametrize("durability", ["process", "fsync"])
 def test_put_many_names_the_bad_key_and_writes_nothing(
     tmp_path: Path, bad: Any, message: str, durability: str
@@ -534,14 +534,7 @@ def test_put_many_names_the_bad_key_and_writes_nothing(
         backend.close()
 
 
-@pytest.mark.parametrize(
-    ("bad", "message"),
-    [
-        (b"", r"keys must be non-empty bytes, got b''"),
-        ("k9", r"keys must be non-empty bytes, got 'k9'"),
-        (b"k" * 600, r"key of 600 bytes exceeds the LMDB limit of \d+ bytes"),
-    ],
-)
+@pytest.mark.parametrize(("bad", "message"), _BAD_KEYS)
 @pytest.mark.parametrize("durability", ["process", "fsync"])
 def test_one_row_writes_name_the_bad_key_and_the_transaction_goes_on(
     tmp_path: Path, bad: Any, message: str, durability: str
