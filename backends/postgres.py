@@ -790,20 +790,8 @@ class _PgWrite(_PgRead, WriteTxn):
         self._check_key(key)
         self._sql(table)
         value = bytes(value)
-        k = (table, key)
-        if (
-            self.assuming
-            and k not in self.seen
-            and table not in self.pruned
-            and table in self._owner._present
-            and self._owner._known.get(table, key)[1] is not None
-        ):
-            # known to be there: an UPDATE, its row counted (assumed, as a read would be)
-            self._batch.overwrite(table, key, value)
-            self.assumed += 1
-        else:
-            self._batch.write(table, {key: value}, new=False)
-        self.seen[k] = value
+        self._batch.write(table, {key: value}, new=False)
+        self.seen[table, key] = value
         self._saw(table, key, value)
 
     def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:

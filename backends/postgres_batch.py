@@ -32,15 +32,12 @@ updated where it still holds that value (compare and set), and the statement che
 every such row was updated (a division by zero when not, as for a failed assertion):
 
     w0 AS (UPDATE t0 AS r SET v = u.n FROM unnest($1::bytea[], $2::bytea[], $3::bytea[])
-           AS u(k, o, n) WHERE r.k = u.k AND r.v = coalesce(u.o, r.v) RETURNING 1)
+           AS u(k, o, n) WHERE r.k = u.k AND r.v = u.o RETURNING 1)
     ... SELECT 1 / ((SELECT count(*) FROM w0) = cardinality($1::bytea[]) AND ...)::int
 
 It checks the same as the assertion and the upsert did, with one index lookup instead of
 two, and without the upsert's speculative insertion (whose tuple lock is a WAL record of
 its own): a LangGraph step's rewritten rows (its thread's latest checkpoint) are such rows.
-A row written without being read, that the writer knows is there (:meth:`Batch.overwrite`),
-is updated the same way without the comparison (``NULL``: any value), the count checking
-that it is there.
 """
 
 from __future__ import annotations
@@ -105,8 +102,8 @@ class Batch:
         self.inserts: dict[str, dict[bytes, bytes]] = {}
         self.upserts: dict[str, dict[bytes, bytes]] = {}
         self.deletes: dict[str, dict[bytes, None]] = {}  # table -> keys deleted, in order
-        # table -> key -> (the value asserted, None: any; the value written): compare and set
-        self.updates: dict[str, dict[bytes, tuple[bytes | None, bytes]]] = {}
+        # table -> key -> (the value asserted, the value written): compare and set
+        self.updates: dict[str, dict[bytes, tuple[bytes, bytes]]] = {}
 
     def __bool__(self) -> bool:
         return bool(
@@ -138,8 +135,7 @@ class Batch:
             old, _ = updates.pop(key)
             if not updates:
                 del self.updates[table]
-            if old is not None:
-                self.expect(table, key, old)
+            self.expect(table, key, old)
         self.deletes.setdefault(table, {})[key] = None
 
     def write(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
@@ -192,22 +188,6 @@ class Batch:
             self.upserts[table] = dict(rows)
         else:
             upserts.update(rows)
-
-    def overwrite(self, table: str, key: bytes, value: bytes) -> None:
-        """Queue ``value`` for a row assumed present (its value not asserted): an UPDATE, its
-        rows counted (a row not there fails the statement, as a failed assertion does),
-        without the upsert's speculative insertion. A key already queued is written as
-        :meth:`write` writes it."""
-        if (
-            key in self.upserts.get(table, ())
-            or key in self.inserts.get(table, ())
-            or key in self.updates.get(table, ())
-            or key in self.deletes.get(table, ())
-            or key in self.expects.get(table, ())
-        ):
-            self.write(table, {key: value}, new=False)
-            return
-        self.updates.setdefault(table, {})[key] = (None, value)
 
     def _asserted(self, table: str, rows: dict[bytes, bytes]) -> dict[bytes, bytes]:
         """Queue the rows of ``rows`` whose keys this batch asserts, without their assertions;
@@ -279,7 +259,7 @@ def render(signature: tuple[Any, ...], ident: dict[str, str]) -> str:
     first = len(writes)
     writes += [
         f"UPDATE {ident[t]} AS r SET v = u.n FROM unnest(%b::bytea[], %b::bytea[], %b::bytea[])"
-        " AS u(k, o, n) WHERE r.k = u.k AND r.v = coalesce(u.o, r.v) RETURNING 1"
+        " AS u(k, o, n) WHERE r.k = u.k AND r.v = u.o RETURNING 1"
         for t in updates
     ]
     writes += [f"DELETE FROM {ident[t]} WHERE k = ANY(%b::bytea[])" for t in deletes]

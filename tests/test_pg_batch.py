@@ -447,34 +447,3 @@ def test_a_compare_and_set_of_rows_in_several_tables_counts_each(
     finally:
         ours.close()
         other.close()
-
-
-def test_a_row_known_there_written_unread_is_updated_and_counted(
-    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A key the process knows is there, written without being read: an UPDATE, its row
-    counted, instead of the upsert. Another writer's change of its value does not fail it (the
-    value is not assumed); another writer's deletion does: nothing of the attempt commits, and
-    it runs again with the upsert."""
-    ours = _open(pg_schemas, tmp_path)
-    other = _open(pg_schemas, tmp_path)
-    try:
-        ours.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"x", b"1")))
-
-        sent = _statements(ours, lambda t: t.put("a", b"x", b"2"), monkeypatch)
-        assert ours.stale == 0
-        assert "UPDATE" in sent[2], sent
-        assert "ON CONFLICT" not in sent[2], sent
-        other.run_write(lambda t: t.put("a", b"x", b"other's"))
-        ours.run_write(lambda t: t.put("a", b"x", b"3"))
-        assert ours.stale == 0
-        with ours.read() as r:
-            assert r.get("a", b"x") == b"3"
-        other.run_write(lambda t: t.discard("a", b"x"))
-        ours.run_write(lambda t: t.put("a", b"x", b"4"))
-        assert ours.stale == 1
-        with ours.read() as r:
-            assert r.get("a", b"x") == b"4"
-    finally:
-        ours.close()
-        other.close()
