@@ -26,6 +26,18 @@ value wins (as the statements in order would have left it), a key written both w
 upserted, and a deletion (``WriteTxn.discard``, which needs no answer) replaces the writes of
 its key before it, as a write after it replaces it. Keys are checked by the caller
 (non-empty, at most 511 bytes).
+
+A key asserted to hold a value and then written is neither asserted nor upserted: it is
+updated where it still holds that value (compare and set), and the statement checks that
+every such row was updated (a division by zero when not, as for a failed assertion):
+
+    w0 AS (UPDATE t0 AS r SET v = u.n FROM unnest($1::bytea[], $2::bytea[], $3::bytea[])
+           AS u(k, o, n) WHERE r.k = u.k AND r.v = u.o RETURNING 1)
+    ... SELECT 1 / ((SELECT count(*) FROM w0) = cardinality($1::bytea[]) AND ...)::int
+
+It checks the same as the assertion and the upsert did, with one index lookup instead of
+two, and without the upsert's speculative insertion (whose tuple lock is a WAL record of
+its own): a LangGraph step's rewritten rows (its thread's latest checkpoint) are such rows.
 """
 
 from __future__ import annotations
@@ -79,7 +91,7 @@ def bytea_array(items: Iterable[bytes | bytearray | memoryview | None]) -> Bytea
 class Batch:
     """Assertions and writes queued by one write transaction since its last statement."""
 
-    __slots__ = ("checks", "deletes", "expects", "inserts", "upserts")
+    __slots__ = ("checks", "deletes", "expects", "inserts", "updates", "upserts")
 
     def __init__(self) -> None:
         # table -> key -> the value assumed (None: absent)
@@ -90,9 +102,18 @@ class Batch:
         self.inserts: dict[str, dict[bytes, bytes]] = {}
         self.upserts: dict[str, dict[bytes, bytes]] = {}
         self.deletes: dict[str, dict[bytes, None]] = {}  # table -> keys deleted, in order
+        # table -> key -> (the value asserted, the value written): compare and set
+        self.updates: dict[str, dict[bytes, tuple[bytes, bytes]]] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.expects or self.checks or self.inserts or self.upserts or self.deletes)
+        return bool(
+            self.expects
+            or self.checks
+            or self.inserts
+            or self.upserts
+            or self.deletes
+            or self.updates
+        )
 
     def expect(self, table: str, key: bytes, value: bytes | None) -> None:
         self.expects.setdefault(table, {})[key] = value
@@ -104,14 +125,32 @@ class Batch:
         self.checks.append(("last", table, (key,)))
 
     def delete(self, table: str, key: bytes) -> None:
-        """Queue the deletion of ``key``: it replaces a write of it queued before."""
+        """Queue the deletion of ``key``: it replaces a write of it queued before (a compare
+        and set's comparison stays, as the assertion it was)."""
         for queued in (self.upserts.get(table), self.inserts.get(table)):
             if queued:
                 queued.pop(key, None)
+        updates = self.updates.get(table)
+        if updates and key in updates:
+            old, _ = updates.pop(key)
+            if not updates:
+                del self.updates[table]
+            self.expect(table, key, old)
         self.deletes.setdefault(table, {})[key] = None
 
     def write(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
         """Queue ``rows``; ``new``: assumed absent, written by a plain ``INSERT``."""
+        updates = self.updates.get(table)
+        if updates:
+            # compared and set, then written again: still the compare and set, of the last
+            # value (a plain INSERT after it would have failed; an upsert is folded the same)
+            again = [k for k in rows if k in updates]
+            if again:
+                for k in again:
+                    updates[k] = (updates[k][0], rows[k])
+                rows = {k: v for k, v in rows.items() if k not in updates}
+                if not rows:
+                    return
         deletes = self.deletes.get(table)
         if deletes:
             for k in rows:
@@ -130,21 +169,10 @@ class Batch:
                 rows = fresh
             self.inserts.setdefault(table, {}).update(rows)
             return
-        assumed = self.expects.get(table)
-        if assumed:
-            # A key this batch asserts absent, written: a plain INSERT checks the same (a row
-            # there fails it, unique_violation) and costs the server less than the upsert and
-            # the assertion's lookup.
-            fresh = {k: v for k, v in rows.items() if k in assumed and assumed[k] is None}
-            if fresh:
-                for k in fresh:
-                    del assumed[k]
-                if not assumed:
-                    del self.expects[table]
-                rows = {k: v for k, v in rows.items() if k not in fresh}
-                self.write(table, fresh, new=True)
-                if not rows:
-                    return
+        if table in self.expects:
+            rows = self._asserted(table, rows)
+            if not rows:
+                return
         inserts = self.inserts.get(table)
         if inserts:
             # inserted, then written again: still the INSERT (it fails where a row was, as the
@@ -161,10 +189,37 @@ class Batch:
         else:
             upserts.update(rows)
 
+    def _asserted(self, table: str, rows: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        """Queue the rows of ``rows`` whose keys this batch asserts, without their assertions;
+        the others are returned. A key asserted absent: a plain INSERT checks the same (a row
+        there fails it, unique_violation) and costs the server less than the upsert and the
+        assertion's lookup. A key asserted to hold a value: compare and set (an UPDATE where
+        the row holds that value, the rows updated counted)."""
+        assumed = self.expects[table]
+        fresh = {}
+        held = {}
+        for k, v in rows.items():
+            if k in assumed:
+                old = assumed.pop(k)
+                if old is None:
+                    fresh[k] = v
+                else:
+                    held[k] = (old, v)
+        if not fresh and not held:
+            return rows
+        if not assumed:
+            del self.expects[table]
+        if held:
+            self.updates.setdefault(table, {}).update(held)
+        if fresh:
+            self.write(table, fresh, new=True)
+        return {k: v for k, v in rows.items() if k not in fresh and k not in held}
+
     def signature(self) -> tuple[Any, ...]:
         return (
             tuple(self.upserts),
             tuple(self.inserts),
+            tuple(self.updates),
             tuple(t for t, keys in self.deletes.items() if keys),
             tuple(self.expects),
             tuple((kind, table) for kind, table, _ in self.checks),
@@ -175,7 +230,15 @@ class Batch:
         for rows in itertools.chain(self.upserts.values(), self.inserts.values()):
             out.append(bytea_array(rows))
             out.append(bytea_array(rows.values()))
+        updated = []  # each compare and set's keys, again for its count
+        for pairs in self.updates.values():
+            keys = bytea_array(pairs)
+            updated.append(keys)
+            out.append(keys)
+            out.append(bytea_array([old for old, _ in pairs.values()]))
+            out.append(bytea_array([new for _, new in pairs.values()]))
         out.extend(bytea_array(keys) for keys in self.deletes.values() if keys)
+        out.extend(updated)
         for assumed in self.expects.values():
             out.append(bytea_array(assumed))
             out.append(bytea_array(assumed.values()))
@@ -187,14 +250,25 @@ class Batch:
 def render(signature: tuple[Any, ...], ident: dict[str, str]) -> str:
     """The statement of a batch of ``signature`` (:meth:`Batch.signature`); ``ident``: each
     table's quoted ``schema."name"``."""
-    upserts, inserts, deletes, expects, checks = signature
+    upserts, inserts, updates, deletes, expects, checks = signature
     rows = "INSERT INTO {} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[])"
     writes = [
         rows.format(ident[t]) + " ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v" for t in upserts
     ]
     writes += [rows.format(ident[t]) for t in inserts]
+    first = len(writes)
+    writes += [
+        f"UPDATE {ident[t]} AS r SET v = u.n FROM unnest(%b::bytea[], %b::bytea[], %b::bytea[])"
+        " AS u(k, o, n) WHERE r.k = u.k AND r.v = u.o RETURNING 1"
+        for t in updates
+    ]
     writes += [f"DELETE FROM {ident[t]} WHERE k = ANY(%b::bytea[])" for t in deletes]
+    # every row compared and set was updated (its keys are distinct: one per key)
     conds = [
+        f"(SELECT count(*) FROM w{first + i}) = (SELECT count(*) FROM unnest(%b::bytea[]))"
+        for i in range(len(updates))
+    ]
+    conds += [
         "NOT EXISTS (SELECT 1 FROM unnest(%b::bytea[], %b::bytea[]) AS e(k, v) "
         f"WHERE (SELECT r.v FROM {ident[t]} AS r WHERE r.k = e.k) IS DISTINCT FROM e.v)"
         for t in expects

@@ -351,3 +351,99 @@ def test_a_row_read_absent_then_written_is_inserted_and_checked(
     finally:
         ours.close()
         other.close()
+
+
+@pytest.mark.parametrize("then", ["put", "put twice", "discard", "discard and put"])
+def test_a_row_read_then_written_is_compared_and_set(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """A key the transaction read (known, asserted to hold that value), then wrote: an UPDATE
+    where the row still holds the value read, its rows counted, stands for the assertion and
+    the upsert (no speculative insertion). Another writer's change of the row fails it (also
+    when written twice, or deleted and written again; a deletion after it keeps the
+    comparison): nothing of the attempt commits and it runs again on what is stored."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(
+            lambda t: (
+                t.append("log", b"\x01", b"f1"),
+                t.put_many("a", [(b"x", b"1"), (b"w", b"w")]),
+            )
+        )
+        seen: list[bytes | None] = []
+
+        def commit(txn: WriteTxn) -> None:
+            got = txn.get("a", b"x")
+            seen.append(got)
+            assert txn.get("a", b"w") == b"w"  # read, not written: asserted as before
+            if then == "put twice":
+                txn.put("a", b"x", b"first")
+            if then.startswith("discard"):
+                txn.discard("a", b"x")
+            if then != "discard":
+                txn.put("a", b"x", b"ours after " + repr(got).encode())
+
+        sent = _statements(ours, commit, monkeypatch)
+        assert ours.stale == 0
+        assert len(sent) == 5, sent  # BEGIN, the lock, one statement, COMMIT, the flush
+        statement = sent[2]
+        assert statement.startswith("WITH ")
+        assert "ON CONFLICT" not in statement, statement
+        if then == "discard":
+            assert "UPDATE" not in statement, statement  # x asserted, as w is
+        else:
+            assert "UPDATE" in statement, statement  # x compared and set, w asserted
+        assert statement.count("IS DISTINCT FROM") == 1, statement
+        expected = None if then == "discard" else b"ours after b'1'"
+        with ours.read() as r:
+            assert r.get("a", b"x") == expected
+        # another writer changes x (or creates it again): ours runs on what it knew, fails
+        other.run_write(lambda t: t.put("a", b"x", b"other's"))
+        seen.clear()
+        ours.run_write(commit)
+        assert ours.stale == 1
+        assert seen == [expected, b"other's"]
+        with ours.read() as r:
+            want = None if then == "discard" else b'ours after b"other\'s"'
+            assert r.get("a", b"x") == want
+            assert r.get("a", b"w") == b"w"
+    finally:
+        ours.close()
+        other.close()
+
+
+def test_a_compare_and_set_of_rows_in_several_tables_counts_each(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """Rows compared and set in two tables, one of them changed by another writer: the count
+    of that table's UPDATE fails the statement; the run again sets both."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(
+            lambda t: (
+                t.append("log", b"\x01", b"f1"),
+                t.put_many("a", [(b"a1", b"1"), (b"a2", b"2")]),
+                t.put_many("b", [(b"b1", b"1"), (b"b2", b"2")]),
+            )
+        )
+
+        def commit(txn: WriteTxn) -> None:
+            for table, keys in (("a", (b"a1", b"a2")), ("b", (b"b1", b"b2"))):
+                for k in keys:
+                    v = txn.get(table, k)
+                    assert v is not None
+                    txn.put(table, k, v + b"+")
+
+        ours.run_write(commit)
+        assert ours.stale == 0
+        other.run_write(lambda t: t.put("b", b"b2", b"9"))
+        ours.run_write(commit)
+        assert ours.stale == 1
+        with ours.read() as r:
+            assert list(r.scan("a")) == [(b"a1", b"1++"), (b"a2", b"2++")]
+            assert list(r.scan("b")) == [(b"b1", b"1++"), (b"b2", b"9+")]
+    finally:
+        ours.close()
+        other.close()
