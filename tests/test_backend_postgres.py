@@ -32,6 +32,30 @@ class TestPostgresBackend(BackendContract):
         kw.setdefault("tables", TABLES)
         return PostgresBackend(self.schemas.url(tmp_path), **kw)
 
+    def test_a_range_assumed_empty_that_holds_a_row_is_read_again(self, tmp_path: Path) -> None:
+        """A bounded existence check in a transaction that runs on what the process knows is
+        answered "empty" without a round trip; a row there fails the commit (nothing of it is
+        written) and run_write runs it again reading for real (the example hypothesis found
+        for test_agrees_with_dict_model)."""
+        backend = self.make_backend(tmp_path)
+        try:
+            with backend.write() as w:
+                w.put("a", b"\x00\x00", b"v")
+                w.append("b", b"\x01", b"x")  # a last key looked up: the next one assumes
+            seen: list[list[tuple[bytes, bytes]]] = []
+
+            def check(txn: WriteTxn) -> list[tuple[bytes, bytes]]:
+                seen.append(list(txn.scan("a", b"", b"\x00\x00\x00", limit=1)))
+                txn.put("b", b"k%d" % len(seen), seen[-1][0][1] if seen[-1] else b"none")
+                return seen[-1]
+
+            assert backend.run_write(check) == [(b"\x00\x00", b"v")]
+            assert seen == [[], [(b"\x00\x00", b"v")]]  # assumed empty, then read
+            with backend.read() as r:  # only the attempt that read the truth committed
+                assert list(r.scan("b", b"k")) == [(b"k%d" % len(seen), b"v")]
+        finally:
+            backend.close()
+
     def test_get_many_equals_get_for_each_key(self, tmp_path: Path) -> None:
         backend = self.make_backend(tmp_path)
         try:
