@@ -21,7 +21,7 @@ import itertools
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -94,7 +94,8 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
     if a.endswith(mb[lb - limit :]):
         return limit
     lo, hi = 0, limit  # the last lo bytes match; the last hi do not
-    for probe in (limit - d for d in _PROBES):  # the common suffix is usually long
+    for d in _PROBES:  # the common suffix is usually long
+        probe = limit - d
         if probe <= 0:
             break
         if a.endswith(mb[lb - probe :]):
@@ -382,11 +383,20 @@ def _same_instance(a: Any, b: Any) -> bool:
     return a.state != "completed" or a.result is b.result or a.result == b.result
 
 
+_OURS: Final = frozenset((NodePosition,))
+
+
+def _positions(src: Any) -> tuple[NodePosition, ...]:
+    """``src`` as a tuple of our NodePosition (``_OURS.issuperset(map(type, src))``, checked
+    first inline by the callers: ``tuple(src)``, at C speed)."""
+    return tuple(map(position_from, src))
+
+
 def _positions_delta(head: Head | None, new_src: Any) -> tuple[int, tuple[NodePosition, ...]]:
     """``(positions_from, positions)`` of the frame taking ``head``'s positions to ``new_src``
     (``-1, ()``: unchanged)."""
     if head is None:
-        return (0, tuple(map(position_from, new_src))) if new_src else (-1, ())
+        return (0, _positions(new_src)) if new_src else (-1, ())
     old_src = head.pos_src
     if old_src is not None:
         if new_src is old_src:
@@ -395,8 +405,9 @@ def _positions_delta(head: Head | None, new_src: Any) -> tuple[int, tuple[NodePo
         if new_src[:n] == old_src:  # grew by appending (a shorter new_src is never equal)
             if len(new_src) == n:
                 return -1, ()
-            return n, tuple(map(position_from, new_src[n:]))
-    new = tuple(map(position_from, new_src))
+            added = new_src[n:]
+            return n, tuple(added) if _OURS.issuperset(map(type, added)) else _positions(added)
+    new = tuple(new_src) if _OURS.issuperset(map(type, new_src)) else _positions(new_src)
     old = head.positions
     if not new or not old or new[0] != old[0]:  # the usual replaced position: nothing common
         return (0, new) if new or old else (-1, ())
@@ -439,7 +450,8 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
     state: bytes | None = None
     splice: StateSplice | None = None
     if new != head.state:
-        splice = splice_of(head.state, new)
+        if len(new) >= SPLICE_MIN_BYTES:  # (splice_of's first case, inline)
+            splice = splice_of(head.state, new)
         head.state = new if new.__class__ is bytes else bytes(new)
         if splice is None:
             state = new
@@ -471,9 +483,7 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
         instances=changes,
     )
     if pos_from >= 0:
-        hp = head.positions
-        del hp[pos_from:]
-        hp += positions
+        head.positions[pos_from:] = positions
     head.pos_src = positions_src
     if slots is not None:  # (None: no fan-out before or now, head.slots is empty already)
         head.slots = slots
