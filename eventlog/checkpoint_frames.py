@@ -33,6 +33,7 @@ from eventlog.materialized import (
     BODIES,
     HEADS,
     Book,
+    BookFields,
     HeadRow,
     book_after,
     book_of,
@@ -135,7 +136,7 @@ class _HeadFrame(DeferredFrame):
     ) -> CheckpointFrame:
         owner = self.owner
         before_head, before_row = owner._head(txn, stream, sid, seq, row)
-        if isinstance(self, _Save):  # a whole record's save (_Save._delta, inline)
+        if self.__class__ is _Save:  # a whole record's save (_Save._delta, inline)
             frame, head = delta(before_head, self.inc, stream)
         else:
             frame, head = self._delta(before_head, stream)
@@ -203,15 +204,18 @@ class _HeadFrame(DeferredFrame):
         before_row, frame, head, as_snapshot = self.plan
         assert head is not None
         owner = self.owner
-        sid = owner._sids[done.stream]  # (_sid_of, inline)
+        stream = done.stream
+        sid = owner._sids[stream]  # (_sid_of, inline)
+        book: BookFields
         if as_snapshot:
             write_snapshot_mark(txn, sid, done.seq)
-            book = Book(done.seq, 0, done.stored_bytes)
+            book = (done.seq, 0, done.stored_bytes, 0, 0, 0)  # (Book(...), as a plain tuple)
         else:
             assert before_row is not None
             if frame.page is None and not before_row.paging_since:  # a plain save: book_after's
-                # first case, inline (the save path of every record, fan-outs or not)
-                book = Book(
+                # first case, inline (the save path of every record, fan-outs or not), as a
+                # plain tuple (a Book is built by a Python-level __new__)
+                book = (
                     before_row.snapshot_seq, before_row.chain_bytes + done.stored_bytes,
                     before_row.snapshot_bytes, 0, before_row.page_fid, before_row.page_next,
                 )  # fmt: skip
@@ -219,18 +223,19 @@ class _HeadFrame(DeferredFrame):
                 book = _book_after(txn, sid, before_row, frame, done)
         row = write_save(
             txn, sid, before_row, frame, head, book=book,
-            rows_written=not isinstance(self, _Save) and self.rows_written(),
+            rows_written=self.__class__ is not _Save and self.rows_written(),
             memo=(memo := owner._row_memo),
         )  # fmt: skip
         if len(memo) > HEAD_CACHE_MAX:  # (a memo: an entry dropped is decoded again)
             del memo[next(iter(memo))]
         if head.slots or before_row is None or before_row.layout:  # (else _row saw it: ())
-            owner._layout_seen(done.stream, row)
-        cache = owner._cache  # (owner._cache_put, inline: _head took the stream out of it)
-        cache[done.stream] = head
-        cache.move_to_end(done.stream)
-        while len(cache) > HEAD_CACHE_MAX:
-            cache.popitem(last=False)
+            owner._layout_seen(stream, row)
+        cache = owner._cache  # (owner._cache_put, inline: _head took the stream out of it,
+        cache[stream] = head  # so it goes in last: the most recent)
+        if len(cache) > HEAD_CACHE_MAX:
+            cache.move_to_end(stream)
+            while len(cache) > HEAD_CACHE_MAX:
+                cache.popitem(last=False)
 
 
 class _Save(_HeadFrame):

@@ -153,14 +153,15 @@ class HeadCache:
         if row is None:
             self._cache.pop(stream, None)
             return None, None
-        head = self._cache.get(stream)
+        head = self._cache.pop(stream, None)  # re-inserted (most recent) once appended
+        if head is not None and head.seq == row.seq == seq - 1:
+            return head, row  # current: the usual save
         if head is not None and head.seq < row.seq == seq - 1:
             head = self._catch_up(txn, stream, sid, head, row)
         if head is None or head.seq != row.seq or row.seq != seq - 1:
             loaded = read_head(txn, sid, row)
             assert loaded is not None
             head = loaded[0]
-        self._cache.pop(stream, None)  # re-inserted (most recent) once appended
         return head, row
 
     def _catch_up(

@@ -79,12 +79,7 @@ from eventlog.errors import (
     SeqOutOfRange,
     UnknownInvocation,
 )
-from eventlog.frames import (
-    CHECKPOINT_FRAMES,
-    FanOutHeader,
-    ForkOrigin,
-    Tombstone,
-)
+from eventlog.frames import CHECKPOINT_FRAMES, FanOutHeader, ForkOrigin, Tombstone
 from eventlog.layout import U64
 from eventlog.lazy_load import lazy_record, materialized
 from eventlog.log import EventLog, stream_key_bytes
@@ -132,12 +127,7 @@ from eventlog.validate import (
     plain_result,
     quick_progress,
 )
-from projections.records import (
-    Head,
-    Incoming,
-    apply_inplace,
-    to_record,
-)
+from projections.records import Head, Incoming, apply_inplace, to_record
 
 _encode_progress = _progress_encoder.encode
 _NO_POSITIONS: tuple[Any, ...] = ()  # the empty tuple (one object in CPython)

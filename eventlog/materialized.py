@@ -78,6 +78,9 @@ class Book(NamedTuple):
     page_next: int = 0
 
 
+BookFields = tuple[int, int, int, int, int, int]  # a Book's fields (a Book, or a plain tuple)
+
+
 def book_of(row: HeadRow | None) -> Book:
     if row is None:
         return Book()
@@ -254,7 +257,7 @@ def write_save(
     delta: Save,
     head: Head,
     *,
-    book: Book,
+    book: BookFields,
     rows_written: bool = False,
     memo: dict[int, tuple[bytes, HeadRow]] | None = None,
 ) -> HeadRow:
@@ -266,21 +269,20 @@ def write_save(
         txn.put(BODIES, k + b"s", head.state)
     if delta.parent_states is not None:
         txn.put(BODIES, k + b"p", head.parent_states)
-    if delta.positions_from >= 0:
-        old_count = before.positions_count if before is not None else 0
-        new_count = delta.positions_from + len(delta.positions)
-        if len(delta.positions) == 1:  # the usual save: one position more (one call)
-            txn.put(POSITIONS, k + U32.pack(delta.positions_from), _enc.encode(delta.positions[0]))
+    start = delta.positions_from
+    if start >= 0:
+        positions = delta.positions
+        if len(positions) == 1:  # the usual save: one position more (one call)
+            txn.put(POSITIONS, k + U32.pack(start), _enc.encode(positions[0]))
         else:
             txn.put_many(
                 POSITIONS,
-                [
-                    (k + U32.pack(i), _enc.encode(p))
-                    for i, p in enumerate(delta.positions, delta.positions_from)
-                ],
-            )  # overwrites rows below old_count in place
-        for i in range(new_count, old_count):
-            txn.delete(POSITIONS, k + U32.pack(i))
+                [(k + U32.pack(i), _enc.encode(p)) for i, p in enumerate(positions, start)],
+            )  # overwrites rows below the old count in place
+        new_count = start + len(positions)
+        if before is not None and new_count < before.positions_count:
+            for i in range(new_count, before.positions_count):
+                txn.delete(POSITIONS, k + U32.pack(i))
     if delta.layout is not None and before is not None:
         kept = {hd.fid for hd in delta.layout}
         for hd in before.layout:
@@ -288,13 +290,14 @@ def write_save(
                 txn.delete_prefix(FANOUT, k + U32.pack(hd.fid))
     if delta.instances and not rows_written:
         _write_instances(txn, k, delta.instances)
-    if before is None or before.correlation_id != head.correlation_id:
+    correlation = head.correlation_id
+    if before is None or before.correlation_id != correlation:
         if before is not None:
             txn.delete(BY_CORRELATION, corr_key(before.correlation_id, sid))
-        txn.put(BY_CORRELATION, corr_key(head.correlation_id, sid), b"")
+        txn.put(BY_CORRELATION, corr_key(correlation, sid), b"")
     slots = head.slots
     row = HeadRow(  # positional: keywords cost a Struct ~1k instructions more
-        head.invocation_id, head.correlation_id, head.schema_version, head.last_saved_at,
+        head.invocation_id, correlation, head.schema_version, head.last_saved_at,
         head.kind, head.seq, len(head.positions),
         tuple([s.header for s in slots]) if slots else (), head.next_fid, *book,
     )  # fmt: skip

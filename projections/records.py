@@ -21,7 +21,7 @@ import itertools
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -94,7 +94,8 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
     if a.endswith(mb[lb - limit :]):
         return limit
     lo, hi = 0, limit  # the last lo bytes match; the last hi do not
-    for probe in (limit - d for d in _PROBES):  # the common suffix is usually long
+    for d in _PROBES:  # the common suffix is usually long
+        probe = limit - d
         if probe <= 0:
             break
         if a.endswith(mb[lb - probe :]):
@@ -360,9 +361,9 @@ def started_changes(slots: Iterable[Slot]) -> tuple[InstanceChange, ...]:
 # -- computing a delta from a caller's record -----------------------------------------------
 
 
-@dataclass
-class Incoming:
-    """A record to save, with its state and parent states already encoded by the caller."""
+class Incoming(msgspec.Struct):
+    """A record to save, with its state and parent states already encoded by the caller (a
+    Struct: built in C, one per save)."""
 
     kind: str
     record: Any  # ours or any object with openarmature's attribute names
@@ -382,24 +383,41 @@ def _same_instance(a: Any, b: Any) -> bool:
     return a.state != "completed" or a.result is b.result or a.result == b.result
 
 
+_OURS: Final = frozenset((NodePosition,))
+
+
+def _positions(src: Any) -> tuple[NodePosition, ...]:
+    """``src`` as a tuple of our NodePosition (``_OURS.issuperset(map(type, src))``, checked
+    first inline by the callers: ``tuple(src)``, at C speed)."""
+    return tuple(map(position_from, src))
+
+
 def _positions_delta(head: Head | None, new_src: Any) -> tuple[int, tuple[NodePosition, ...]]:
-    old_src = head.pos_src if head is not None else None
-    n_old = len(head.positions) if head is not None else 0
-    if old_src is not None and new_src is old_src:
-        return -1, ()
-    if old_src is not None and len(new_src) >= len(old_src) and new_src[: len(old_src)] == old_src:
-        if len(new_src) == len(old_src):
+    """``(positions_from, positions)`` of the frame taking ``head``'s positions to ``new_src``
+    (``-1, ()``: unchanged)."""
+    if head is None:
+        return (0, _positions(new_src)) if new_src else (-1, ())
+    old_src = head.pos_src
+    if old_src is not None:
+        if new_src is old_src:
             return -1, ()
-        return len(old_src), tuple(position_from(p) for p in new_src[len(old_src) :])
-    new = [position_from(p) for p in new_src]
-    common = 0
-    if head is not None:
-        limit = min(len(new), n_old)
-        while common < limit and new[common] == head.positions[common]:
-            common += 1
-    if common == n_old == len(new):
+        n = len(old_src)
+        if new_src[:n] == old_src:  # grew by appending (a shorter new_src is never equal)
+            if len(new_src) == n:
+                return -1, ()
+            added = new_src[n:]
+            return n, tuple(added) if _OURS.issuperset(map(type, added)) else _positions(added)
+    new = tuple(new_src) if _OURS.issuperset(map(type, new_src)) else _positions(new_src)
+    old = head.positions
+    if not new or not old or new[0] != old[0]:  # the usual replaced position: nothing common
+        return (0, new) if new or old else (-1, ())
+    limit = min(len(new), len(old))
+    common = 1
+    while common < limit and new[common] == old[common]:
+        common += 1
+    if common == len(old) == len(new):
         return -1, ()
-    return common, tuple(new[common:])
+    return common, new[common:]
 
 
 def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, Head]:
@@ -409,10 +427,14 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
     discards the frame must also discard ``head``.
     """
     rec = inc.record
-    correlation = rec.correlation_id
-    schema = getattr(rec, "schema_version", "") or ""
-    pos_from, positions = _positions_delta(head, rec.completed_positions)
-    progress = getattr(rec, "fan_out_progress", ())
+    positions_src = rec.completed_positions
+    if rec.__class__ is CheckpointRecord:  # ours: its fields are there (no getattr)
+        schema = rec.schema_version or ""
+        progress: Any = rec.fan_out_progress
+    else:
+        schema = getattr(rec, "schema_version", "") or ""
+        progress = getattr(rec, "fan_out_progress", ())
+    pos_from, positions = _positions_delta(head, positions_src)
     if progress or (head is not None and head.slots):
         layout, changes, slots, next_fid = _fan_out_delta(head, progress, inc.seen)
     else:  # no fan-out before or now (_fan_out_delta's first answer)
@@ -421,17 +443,32 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
     if head is None:
         return _first_delta(inc, invocation_id, schema, pos_from, positions, layout, changes,
                             slots, next_fid)  # fmt: skip
+    # Each changed field is set on the head as apply_inplace would by the frame, inline: it
+    # takes the caller's bytes as they are (no re-splicing), and the fan-out changes are
+    # applied already (``slots``).
+    new = inc.state
     state: bytes | None = None
     splice: StateSplice | None = None
-    new_state: bytes | None = None  # the head's state after the frame, when it changed
-    if inc.state != head.state:
-        new_state = inc.state
-        splice = splice_of(head.state, inc.state)
-        state = inc.state if splice is None else None
-    corr = correlation if correlation != head.correlation_id else None
-    schema_changed = schema if schema != head.schema_version else None
-    parents = inc.parent_states if inc.parent_states != head.parent_states else None
-    saved_at = float(rec.last_saved_at)
+    if new != head.state:
+        if len(new) >= SPLICE_MIN_BYTES:  # (splice_of's first case, inline)
+            splice = splice_of(head.state, new)
+        head.state = new if new.__class__ is bytes else bytes(new)
+        if splice is None:
+            state = new
+    correlation = rec.correlation_id
+    corr: str | None = None
+    if correlation != head.correlation_id:
+        head.correlation_id = corr = correlation
+    schema_changed: str | None = None
+    if schema != head.schema_version:
+        head.schema_version = schema_changed = schema
+    parents: bytes | None = None
+    if inc.parent_states != head.parent_states:
+        parents = inc.parent_states
+        head.parent_states = parents if parents.__class__ is bytes else bytes(parents)
+    saved_at = rec.last_saved_at
+    if saved_at.__class__ is not float:
+        saved_at = float(saved_at)
     frame = Save(
         kind=inc.kind,
         saved_at=saved_at,
@@ -445,22 +482,12 @@ def delta(head: Head | None, inc: Incoming, invocation_id: str) -> tuple[Save, H
         layout=layout,
         instances=changes,
     )
-    # The head updated as apply_inplace would by ``frame``, inline: it takes the caller's
-    # bytes as they are (no re-splicing), and the fan-out changes are applied already (``slots``).
-    if corr is not None:
-        head.correlation_id = corr
-    if schema_changed is not None:
-        head.schema_version = schema_changed
-    if new_state is not None:
-        head.state = bytes(new_state)
-    if parents is not None:
-        head.parent_states = bytes(parents)
     if pos_from >= 0:
-        del head.positions[pos_from:]
-        head.positions.extend(positions)
-    head.pos_src = rec.completed_positions
-    head.slots = slots if slots is not None else []
-    head.next_fid = next_fid  # (_fan_out_delta counts on from head.next_fid: never less)
+        head.positions[pos_from:] = positions
+    head.pos_src = positions_src
+    if slots is not None:  # (None: no fan-out before or now, head.slots is empty already)
+        head.slots = slots
+        head.next_fid = next_fid  # (_fan_out_delta counts on from head.next_fid: never less)
     head.last_saved_at = saved_at
     head.kind = inc.kind
     head.seq += 1
