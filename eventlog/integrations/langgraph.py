@@ -146,6 +146,8 @@ class CkptlogSaver(SaverReads):
         self._puts = 0  # puts begun (a put_writes that lingered checks whether one came)
         self._linger_misses = 0
         self._linger_skip = 0
+        # (thread id, ns, stream key, lg_threads key) of the last put or put_writes
+        self._last_keys: tuple[str, str, str, bytes] = ("", "", "", b"")
 
     @classmethod
     def open(
@@ -222,16 +224,16 @@ class CkptlogSaver(SaverReads):
         new_versions: ChannelVersions,
     ) -> tuple[str, PutFrame, RunnableConfig]:
         tid, ns, parent = _ids(config, "put")
-        stream = stream_key(tid, ns)
-        stream_key_bytes(stream, self.log.backend.max_key_bytes)
+        stream, tkey = self._stream_keys(tid, ns)
         serde = self.serde
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}
         versions = _plain_versions(body.pop("channel_versions", None) or {})
         _check_str(checkpoint["id"], "checkpoint['id']")
         _check_versions(new_versions, "new_versions")
+        memos, appends = self._memos, self.identity_appends
         pending = [
-            plan_blob(self._memos, stream, channel, version, values, serde, self.identity_appends)
+            plan_blob(memos, stream, channel, version, values, serde, appends)
             for channel, version in new_versions.items()
         ]
         ctype, cdata = serde.dumps_typed(body)
@@ -247,22 +249,31 @@ class CkptlogSaver(SaverReads):
             metadata_type=mtype,
             metadata=mdata,
             run_id=None if run_id is None else str(run_id),
-            blobs=(),
+            blobs=tuple([p.blob for p in pending]),  # as planned: build() keeps it if it can
             saved_at=time.time(),
         )
-        op = PutFrame(thread_key(tid, ns), head, pending, serde, self.log)
+        op = PutFrame(tkey, head, pending, serde, self.log)
         return stream, op, _config(tid, ns, checkpoint["id"])
 
+    def _stream_keys(self, tid: str, ns: str) -> tuple[str, bytes]:
+        """The stream key (checked against the backend's limit) and ``lg_threads`` key of a
+        thread's namespace; the last one is kept (a loop puts to one thread)."""
+        last = self._last_keys
+        if last[0] == tid and last[1] == ns:
+            return last[2], last[3]
+        stream = stream_key(tid, ns)
+        stream_key_bytes(stream, self.log.backend.max_key_bytes)
+        tkey = thread_key(tid, ns)
+        self._last_keys = (tid, ns, stream, tkey)
+        return stream, tkey
+
     def _remember(self, stream: str, op: PutFrame, done: Appended | None) -> None:
-        if done is None:
+        if done is None or not op.memos:  # (a put of small scalars only has none: no lock)
             return
-        kept = False
         for _, memo in op.memos:
             if memo is not None:
                 memo.committed(done.seq)
-                kept = True
-        if kept:  # (a put of small scalars only has none: the lock is not taken)
-            self._memos.put_many(stream, op.memos)
+        self._memos.put_many(stream, op.memos)
         for channel, full in op.fulls:  # the bytes a read of this version (or a delta) needs
             self._patches.keep((op.sid, done.seq, channel), full)
 
@@ -303,8 +314,7 @@ class CkptlogSaver(SaverReads):
                 "put_writes: config['configurable']['checkpoint_id'] is missing; pass the "
                 "config returned by put() for the checkpoint these writes belong to"
             )
-        stream = stream_key(tid, ns)
-        stream_key_bytes(stream, self.log.backend.max_key_bytes)
+        stream, tkey = self._stream_keys(tid, ns)
         serde = self.serde
         if task_path is not None:
             _check_str(task_path, "task_path")
@@ -322,7 +332,7 @@ class CkptlogSaver(SaverReads):
             writes=tuple(by_idx.values()),
             saved_at=time.time(),
         )
-        return stream, WritesFrame(thread_key(tid, ns), frame)
+        return stream, WritesFrame(tkey, frame)
 
     def put_writes(
         self,

@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from eventlog.errors import InvalidCheckpoint, InvalidConfig
-from eventlog.validate import is_int
+from eventlog.validate import _INT_END, _INT_MIN, is_int
 
 
 def _configurable(config: Any, what: str) -> Any:
@@ -55,6 +55,16 @@ def _check_str(value: Any, where: str) -> None:
 
 def _check_versions(versions: Mapping[str, Any], where: str) -> None:
     """``new_versions``: str channels, plain versions (stored as typed as they are)."""
+    for channel, version in versions.items():  # the common case, one loop without calls
+        t = type(version)
+        if type(channel) is not str or not (
+            t is str or t is float or (t is int and _INT_MIN <= version < _INT_END)
+        ):
+            _check_versions_slow(versions, where)
+            return
+
+
+def _check_versions_slow(versions: Mapping[str, Any], where: str) -> None:
     for channel, version in versions.items():
         if type(channel) is not str:  # (the message is built only for a bad one)
             _check_str(channel, f"{where} key {channel!r}")
@@ -66,6 +76,16 @@ def _check_versions(versions: Mapping[str, Any], where: str) -> None:
 
 
 def _plain_versions(versions: Mapping[str, Any]) -> dict[str, str | int | float]:
+    for channel, version in versions.items():  # the common case: str channels, plain types
+        t = type(version)
+        if type(channel) is not str or not (
+            t is str or t is float or (t is int and _INT_MIN <= version < _INT_END)
+        ):
+            return _plain_versions_slow(versions)
+    return dict(versions)
+
+
+def _plain_versions_slow(versions: Mapping[str, Any]) -> dict[str, str | int | float]:
     out: dict[str, str | int | float] = {}
     for channel, version in versions.items():
         if type(version) not in (str, int, float) or (type(version) is int and not is_int(version)):

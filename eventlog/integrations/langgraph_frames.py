@@ -110,8 +110,16 @@ class PutFrame(ViewFrame):
         self.pending = pending
         self.serde = serde
         self.log = log
-        self.memos: list[tuple[str, Memo | None]] = []
-        self.fulls: list[tuple[str, tuple[str, bytes]]] = []  # channels stored whole or patched
+        # A delta checks its base in the write transaction (build may store it whole): without
+        # one the frame is ``head`` as planned (its blobs are the planned ones).
+        self.deltas = any(p.blob.kind in (BLOB_APPEND, BLOB_PATCH) for p in pending)
+        # the memos to keep once committed, and the channels stored whole or patched
+        self.memos: list[tuple[str, Memo | None]] = [
+            (p.blob.channel, p.memo) for p in pending if p.memo is not None
+        ]
+        self.fulls: list[tuple[str, tuple[str, bytes]]] = [
+            (p.blob.channel, p.full) for p in pending if p.full is not None
+        ]
 
     def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
         for planned in self.pending:
@@ -155,6 +163,9 @@ class PutFrame(ViewFrame):
         keep_latest(txn, frame, sid, tkey, done.seq, reader, fresh=self.fresh, head=head)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
+        if not self.deltas:
+            self.sid, self.frame = sid, self.head
+            return self.head
         blobs: list[LgBlob] = []
         memos: list[tuple[str, Memo | None]] = []
         fulls: list[tuple[str, tuple[str, bytes]]] = []
