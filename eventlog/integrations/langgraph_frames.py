@@ -53,6 +53,7 @@ from eventlog.integrations.langgraph_rows import (
     Serde,
     _dec_latest_writes,
     _enc,
+    apply_checkpoint,
     apply_rows,
     blob_key,
     checkpoint_key,
@@ -71,6 +72,7 @@ from eventlog.integrations.langgraph_rows import (
 from eventlog.layout import U64
 from eventlog.log import Appended, DeferredFrame, EventLog
 from projections.langgraph import (
+    CkptRow,
     checkpoint_row,
     rebase,
     version_key,
@@ -153,14 +155,19 @@ class PutFrame(ViewFrame):
         # names is new to the stream, so apply_rows reads none of its rows (newer_than_latest).
         head = latest_head(txn, tkey)
         newer = newer_than_latest(head, sid, frame.checkpoint_id)
-        self.fresh = apply_rows(txn, sid, done.seq, frame, tkey, newer=newer)
+        seq = done.seq
+        row = checkpoint_row(seq, frame)  # (the read row and the c row share it)
+        mine = {b.channel: b for b in frame.blobs}
+        self.fresh = apply_checkpoint(txn, sid, seq, frame, tkey, newer, row, mine)
 
         def reader() -> BlobReader:  # keeps nothing: chains as stored, as verify reads them
             return BlobReader(
                 log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False
             )
 
-        keep_latest(txn, frame, sid, tkey, done.seq, reader, fresh=self.fresh, head=head)
+        keep_latest(
+            txn, frame, sid, tkey, seq, reader, fresh=self.fresh, head=head, row=row, mine=mine
+        )
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
         if not self.deltas:
@@ -233,6 +240,8 @@ def keep_latest(
     *,
     fresh: bool = False,
     head: LatestHead | None = _UNREAD,
+    row: CkptRow | None = None,
+    mine: dict[str, LgBlob] | None = None,
 ) -> None:
     """Update ``lg_latest`` for the checkpoint ``frame`` just stored at ``seq`` (its rows are
     applied; ``fresh``: :func:`apply_rows` found the stream's view empty before it, so it is
@@ -245,14 +254,18 @@ def keep_latest(
 
     The previous row is decoded as far as the put needs it (:class:`_Prev`); a row that does
     not decode counts as absent. ``head``: that row as the caller read it in this transaction
-    (:func:`latest_head`, after nothing wrote it), else it is read here."""
+    (:func:`latest_head`, after nothing wrote it), else it is read here. ``row``, ``mine``:
+    ``checkpoint_row(seq, frame)`` and the frame's blobs by channel, when the caller has them."""
     if head is _UNREAD:
         head = latest_head(txn, tkey)
-    prev = None if head is None else _Prev(head)
+    if mine is None:
+        mine = {b.channel: b for b in frame.blobs}
+    if row is None:
+        row = checkpoint_row(seq, frame)
     try:
-        _keep_latest(txn, frame, sid, tkey, seq, make_reader, prev, fresh)
+        _keep_latest(txn, frame, sid, tkey, seq, make_reader, head, fresh, row, mine)
     except msgspec.DecodeError:  # raised before anything is written
-        _keep_latest(txn, frame, sid, tkey, seq, make_reader, None, fresh)
+        _keep_latest(txn, frame, sid, tkey, seq, make_reader, None, fresh, row, mine)
 
 
 def _keep_latest(
@@ -262,27 +275,29 @@ def _keep_latest(
     tkey: bytes,
     seq: int,
     make_reader: Callable[[], BlobReader],
-    prev: _Prev | None,
+    head: LatestHead | None,
     fresh: bool,
+    row: CkptRow,
+    mine: dict[str, LgBlob],
 ) -> None:
     cid = frame.checkpoint_id
-    if prev is not None and cid < prev.checkpoint_id:
+    if head is not None and cid < head.checkpoint_id:
+        newest = _Prev(head).versions
         # An older checkpoint: the newest one is unchanged, unless this put re-stored a
         # channel version that it reads.
         if any(
-            b.channel in prev.versions
-            and version_key(prev.versions[b.channel]) == version_key(b.version)
+            b.channel in newest and version_key(newest[b.channel]) == version_key(b.version)
             for b in frame.blobs
         ):
             drop_latest(txn, tkey)
         return
-    if prev is None and not fresh:
+    if head is None and not fresh:
         top = latest_checkpoint(txn, sid)
         if top is None or top[0] != cid:
             return  # not the newest: the rows stay absent (readers fall back)
-    mine = {b.channel: b for b in frame.blobs}
-    split = None if prev is not None and prev.apart else _stored_whole(frame, mine, seq)
-    if split is None:
+    split = None if head is not None and head.apart else _stored_whole(frame, mine, seq)
+    if split is None:  # (the previous row is decoded further only here)
+        prev = None if head is None else _Prev(head)
         reader: BlobReader | None = None
         values: list[tuple[str, Chain]] = []
         try:
@@ -302,7 +317,7 @@ def _keep_latest(
             return
     # Encoded as the tuple of a LatestRow's fields (the same msgpack array, no struct built).
     latest = (
-        sid, cid, checkpoint_row(seq, frame), frame.checkpoint_type, frame.checkpoint,
+        sid, cid, row, frame.checkpoint_type, frame.checkpoint,
         frame.versions, split[0], split[1],
     )  # fmt: skip
     txn.put(LATEST, latest_key(tkey), _enc.encode(latest))

@@ -6,6 +6,7 @@ invariants are described there).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any, Final, Protocol
 
@@ -193,6 +194,10 @@ def checkpoint_key(sid: int, checkpoint_id: str) -> bytes:
 
 def blob_key(sid: int, channel: str, vkey: bytes) -> bytes:
     return U64.pack(sid) + _s16(channel) + vkey
+
+
+# ``s16`` of a channel name, kept (a pure function: a graph has few channels; bounded)
+_channel16 = functools.lru_cache(maxsize=1024)(s16)
 
 
 def writes_prefix(sid: int, checkpoint_id: str) -> bytes:
@@ -451,21 +456,26 @@ def decode_read_row(raw: bytes) -> ReadRow:
     return _dec_read.decode(raw)
 
 
-def _slot_blob(blob: LgBlob) -> LgBlob | None:
-    return blob if len(blob.data) <= INLINE_MAX else None
-
-
-def make_read_row(txn: ReadTxn, sid: int, seq: int, frame: LgCheckpoint) -> ReadRow:
+def make_read_row(
+    txn: ReadTxn,
+    sid: int,
+    seq: int,
+    frame: LgCheckpoint,
+    row: CkptRow | None = None,
+    mine: dict[str, LgBlob] | None = None,
+) -> ReadRow:
     """The read row of ``frame`` (stored at ``seq``, its blobs indexed): its own blobs, and for
     each other channel the blob index's seq, with the blob copied from the parent's read row
-    when that names the same frame (else read later from the frame)."""
-    mine = {b.channel: b for b in frame.blobs}
+    when that names the same frame (else read later from the frame). ``row``, ``mine``:
+    ``checkpoint_row(seq, frame)`` and the frame's blobs by channel, when the caller has them."""
+    if mine is None:
+        mine = {b.channel: b for b in frame.blobs}
     parent: dict[str, tuple[int, LgBlob | None]] | None = None
     values: list[tuple[str, int, LgBlob | None]] = []
     for channel, version in frame.versions.items():
         b = mine.get(channel)
         if b is not None:
-            values.append((channel, seq, _slot_blob(b)))
+            values.append((channel, seq, b if len(b.data) <= INLINE_MAX else None))
             continue
         raw = txn.get(BLOBS, blob_key(sid, channel, version_key(version)))
         if raw is None:
@@ -477,8 +487,8 @@ def make_read_row(txn: ReadTxn, sid: int, seq: int, frame: LgCheckpoint) -> Read
         got = parent.get(channel)
         values.append((channel, at, got[1] if got is not None and got[0] == at else None))
     return ReadRow(
-        checkpoint_row(seq, frame), frame.checkpoint_type, frame.checkpoint,
-        frame.versions, tuple(values),
+        checkpoint_row(seq, frame) if row is None else row, frame.checkpoint_type,
+        frame.checkpoint, frame.versions, tuple(values),
     )  # fmt: skip
 
 
@@ -612,7 +622,7 @@ def apply_rows(
     the stream's ``w`` row (present only with a ``c`` row: the view is not empty), so
     ``lg_threads`` is not read."""
     if isinstance(frame, LgCheckpoint):
-        return _apply_checkpoint(txn, sid, seq, frame, tkey, newer)
+        return apply_checkpoint(txn, sid, seq, frame, tkey, newer)
     k = U64.pack(sid)
     if isinstance(frame, LgWrites):
         prefix = writes_prefix(sid, frame.checkpoint_id) + _s16(frame.task_id)
@@ -635,12 +645,20 @@ def newer_than_latest(head: LatestHead | None, sid: int, checkpoint_id: str) -> 
     return head is not None and head.sid == sid and head.checkpoint_id < checkpoint_id
 
 
-def _apply_checkpoint(
-    txn: WriteTxn, sid: int, seq: int, frame: LgCheckpoint, tkey: bytes, newer: bool = False
+def apply_checkpoint(
+    txn: WriteTxn,
+    sid: int,
+    seq: int,
+    frame: LgCheckpoint,
+    tkey: bytes,
+    newer: bool = False,
+    row: CkptRow | None = None,
+    mine: dict[str, LgBlob] | None = None,
 ) -> bool:
     """The rows of a checkpoint: its read row (it replaced the ``lg_checkpoints`` row, which a
     checkpoint stored again loses), blob index, run index, keyframe rows. ``newer``: see
-    :func:`apply_rows` (no row of the checkpoint to replace, ``lg_threads`` names the stream)."""
+    :func:`apply_rows` (no row of the checkpoint to replace, ``lg_threads`` names the stream).
+    ``row``, ``mine``: see :func:`make_read_row`."""
     k = U64.pack(sid)
     ckey = checkpoint_key(sid, frame.checkpoint_id)
     fresh = False if newer else txn.get(THREADS, tkey) != k
@@ -659,11 +677,14 @@ def _apply_checkpoint(
     if frame.run_id is not None:
         txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
     at = U64.pack(seq)
+    big = False
     for blob in frame.blobs:  # (blob_key, inline)
-        txn.put(BLOBS, k + _s16(blob.channel) + version_key(blob.version), at)
-    txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame)))
-    for blob in patched_keyframes(txn, sid, frame):
-        txn.put(LATEST, keyframe_key(sid, seq, blob.channel), encode_keyframe(blob))
+        txn.put(BLOBS, k + _channel16(blob.channel) + version_key(blob.version), at)
+        big = big or len(blob.data) > INLINE_MAX
+    txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame, row, mine)))
+    if big:  # (only a blob over INLINE_MAX may be a patched channel's keyframe)
+        for blob in patched_keyframes(txn, sid, frame):
+            txn.put(LATEST, keyframe_key(sid, seq, blob.channel), encode_keyframe(blob))
     if fresh:  # lg_threads names the stream (written only when it did not: an unchanged
         txn.put(THREADS, tkey, k)  # row leaves its page clean, one less to write)
     return fresh
