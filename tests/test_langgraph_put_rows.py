@@ -108,3 +108,26 @@ def test_duplicate_writes_are_dropped_whichever_checkpoint_they_name(saver: Lmdb
         ("other", "x", 9), ("other", "y", 9), ("task", "x", 1), ("task", "y", 2),
     ]  # fmt: skip
     assert saver.verify().ok
+
+
+def test_the_kept_stream_keys_follow_the_thread_and_namespace(saver: LmdbSaver) -> None:
+    # The saver keeps the last (thread, ns)'s stream and lg_threads keys: each put and
+    # put_writes must land in its own thread and namespace, however the calls alternate.
+    targets = [("t", ""), ("u", ""), ("t", "sub"), ("t", ""), ("u", "sub"), ("u", "")]
+    for i, (tid, ns) in enumerate(targets):
+        cfg = {"configurable": {"thread_id": tid, "checkpoint_ns": ns}}
+        cid = str(uuid6(clock_seq=i))
+        out = saver.put(cfg, ckpt(cid, i), {}, {"n": i})
+        assert out["configurable"] == {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}
+        saver.put_writes(out, [("n", i)], f"task-{i}")
+    for tid, ns in targets:
+        last = max(j for j, t in enumerate(targets) if t == (tid, ns))
+        got = saver.get_tuple({"configurable": {"thread_id": tid, "checkpoint_ns": ns}})
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"n": last}
+        assert [w[2] for w in got.pending_writes or []] == [last]
+        listed = list(saver.list({"configurable": {"thread_id": tid, "checkpoint_ns": ns}}))
+        assert len(listed) == targets.count((tid, ns))
+    with saver.log.backend.read() as txn:
+        for tid, ns in set(targets):
+            assert txn.get(LATEST, latest_key(thread_key(tid, ns))) is not None
