@@ -91,6 +91,7 @@ from eventlog.integrations.langgraph_store import (
     ViewFrame,
     WritesFrame,
     checkpoint_rows,
+    full_blob,
     latest_checkpoint,
     parse_stream_key,
     plan_blob,
@@ -229,19 +230,29 @@ class CkptlogSaver(SaverReads):
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}
         versions = _plain_versions(body.pop("channel_versions", None) or {})
-        _check_str(checkpoint["id"], "checkpoint['id']")
+        cid = checkpoint["id"]
+        if type(cid) is not str:  # (the message is built only for a bad one)
+            _check_str(cid, "checkpoint['id']")
         _check_versions(new_versions, "new_versions")
         memos, appends = self._memos, self.identity_appends
-        pending = [
-            plan_blob(memos, stream, channel, version, values, serde, appends)
-            for channel, version in new_versions.items()
-        ]
+        if memos.empty:  # no memo to take a delta against (small values keep none): whole
+            pending = [
+                full_blob(channel, version, None, values[channel], serde)
+                if channel in values
+                else plan_blob(memos, stream, channel, version, values, serde, appends)
+                for channel, version in new_versions.items()
+            ]
+        else:
+            pending = [
+                plan_blob(memos, stream, channel, version, values, serde, appends)
+                for channel, version in new_versions.items()
+            ]
         ctype, cdata = serde.dumps_typed(body)
         md = get_checkpoint_metadata(config, metadata)
         mtype, mdata = serde.dumps_typed(md)
         run_id = md.get("run_id")
         head = LgCheckpoint(
-            checkpoint_id=checkpoint["id"],
+            checkpoint_id=cid,
             parent_id=parent,
             checkpoint_type=ctype,
             checkpoint=cdata,
@@ -253,7 +264,7 @@ class CkptlogSaver(SaverReads):
             saved_at=time.time(),
         )
         op = PutFrame(tkey, head, pending, serde, self.log)
-        return stream, op, _config(tid, ns, checkpoint["id"])
+        return stream, op, _config(tid, ns, cid)
 
     def _stream_keys(self, tid: str, ns: str) -> tuple[str, bytes]:
         """The stream key (checked against the backend's limit) and ``lg_threads`` key of a

@@ -65,7 +65,6 @@ from eventlog.integrations.langgraph_rows import (
     latest_values,
     latest_versions,
     latest_writes_key,
-    newer_than_latest,
     write_key,
     writes_prefix,
 )
@@ -107,21 +106,25 @@ class PutFrame(ViewFrame):
     ) -> None:
         """``log``: where keeping ``lg_latest`` reads a channel it cannot take from the put or
         the previous row (without it the put drops the stream's latest rows)."""
-        super().__init__(tkey)
+        self.tkey, self.sid, self.frame, self.fresh = tkey, 0, None, False  # (ViewFrame's)
         self.head = head
         self.pending = pending
         self.serde = serde
         self.log = log
         # A delta checks its base in the write transaction (build may store it whole): without
         # one the frame is ``head`` as planned (its blobs are the planned ones).
-        self.deltas = any(p.blob.kind in (BLOB_APPEND, BLOB_PATCH) for p in pending)
+        self.deltas = False
         # the memos to keep once committed, and the channels stored whole or patched
-        self.memos: list[tuple[str, Memo | None]] = [
-            (p.blob.channel, p.memo) for p in pending if p.memo is not None
-        ]
-        self.fulls: list[tuple[str, tuple[str, bytes]]] = [
-            (p.blob.channel, p.full) for p in pending if p.full is not None
-        ]
+        self.memos: list[tuple[str, Memo | None]] = []
+        self.fulls: list[tuple[str, tuple[str, bytes]]] = []
+        for p in pending:
+            blob = p.blob
+            if blob.kind in (BLOB_APPEND, BLOB_PATCH):
+                self.deltas = True
+            if p.memo is not None:
+                self.memos.append((blob.channel, p.memo))
+            if p.full is not None:
+                self.fulls.append((blob.channel, p.full))
 
     def prefetch(self, sid: int) -> Iterable[tuple[str, bytes]]:
         for planned in self.pending:
@@ -154,20 +157,21 @@ class PutFrame(ViewFrame):
         # The c row first (apply_rows leaves it alone): a checkpoint newer than the one it
         # names is new to the stream, so apply_rows reads none of its rows (newer_than_latest).
         head = latest_head(txn, tkey)
-        newer = newer_than_latest(head, sid, frame.checkpoint_id)
+        newer = head is not None and head.sid == sid and head.checkpoint_id < frame.checkpoint_id
         seq = done.seq
         row = checkpoint_row(seq, frame)  # (the read row and the c row share it)
         mine = {b.channel: b for b in frame.blobs}
-        self.fresh = apply_checkpoint(txn, sid, seq, frame, tkey, newer, row, mine)
+        fresh = self.fresh = apply_checkpoint(txn, sid, seq, frame, tkey, newer, row, mine)
 
         def reader() -> BlobReader:  # keeps nothing: chains as stored, as verify reads them
             return BlobReader(
                 log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False
             )
 
-        keep_latest(
-            txn, frame, sid, tkey, seq, reader, fresh=self.fresh, head=head, row=row, mine=mine
-        )
+        try:  # (keep_latest, inlined: its arguments are all at hand)
+            _keep_latest(txn, frame, sid, tkey, seq, reader, head, fresh, row, mine)
+        except msgspec.DecodeError:  # raised before anything is written
+            _keep_latest(txn, frame, sid, tkey, seq, reader, None, fresh, row, mine)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
         if not self.deltas:

@@ -177,7 +177,8 @@ def thread_prefix(thread_id: str) -> bytes:
 
 
 def thread_key(thread_id: str, checkpoint_ns: str) -> bytes:
-    return _s16(thread_id) + _utf8(checkpoint_ns)
+    raw = thread_id.encode("utf-8", "surrogatepass")  # (s16, inlined: a put makes keys)
+    return U16.pack(len(raw)) + raw + checkpoint_ns.encode("utf-8", "surrogatepass")
 
 
 def split_thread_key(key: bytes) -> tuple[str, str]:
@@ -189,7 +190,7 @@ def split_thread_key(key: bytes) -> tuple[str, str]:
 
 
 def checkpoint_key(sid: int, checkpoint_id: str) -> bytes:
-    return U64.pack(sid) + _utf8(checkpoint_id)
+    return U64.pack(sid) + checkpoint_id.encode("utf-8", "surrogatepass")
 
 
 def blob_key(sid: int, channel: str, vkey: bytes) -> bytes:
@@ -201,7 +202,8 @@ _channel16 = functools.lru_cache(maxsize=1024)(s16)
 
 
 def writes_prefix(sid: int, checkpoint_id: str) -> bytes:
-    return U64.pack(sid) + _s16(checkpoint_id)
+    raw = checkpoint_id.encode("utf-8", "surrogatepass")  # (s16, inlined: a put makes keys)
+    return U64.pack(sid) + U16.pack(len(raw)) + raw
 
 
 def write_key(sid: int, checkpoint_id: str, task_id: str, idx: int) -> bytes:
