@@ -34,7 +34,9 @@ def _configurable(config: Any, what: str) -> Any:
 
 
 def _ids(config: RunnableConfig | None, what: str) -> tuple[str, str, str | None]:
-    conf = _configurable(config, what)
+    conf = config.get("configurable") if type(config) is dict else None
+    if type(conf) is not dict:  # (the common case, a dict in a dict, without a call)
+        conf = _configurable(config, what)
     tid = conf.get("thread_id")
     if tid is None or tid == "":
         raise InvalidConfig(

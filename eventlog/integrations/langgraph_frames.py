@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from backends.base import WriteTxn, prefix_end
+from backends.base import WriteTxn
 from eventlog.errors import CheckpointError
 from eventlog.frames import (
     BLOB_APPEND,
@@ -227,7 +227,7 @@ class _Prev:
 
 def latest_head(txn: WriteTxn, tkey: bytes) -> LatestHead | None:
     """The stream's ``c`` row as a put reads it (``None``: absent, or it does not decode)."""
-    raw = txn.get(LATEST, latest_key(tkey))
+    raw = txn.get(LATEST, b"c" + tkey)  # (latest_key, inlined)
     return None if raw is None else decode_latest_head(raw)
 
 
@@ -324,10 +324,11 @@ def _keep_latest(
         sid, cid, row, frame.checkpoint_type, frame.checkpoint,
         frame.versions, split[0], split[1],
     )  # fmt: skip
-    txn.put(LATEST, latest_key(tkey), _enc.encode(latest))
-    prefix = writes_prefix(sid, cid)  # ends in UTF-8: never all 0xff, so it has an end
-    if not txn.rows(WRITES, prefix, prefix_end(prefix) or prefix, 1):
-        txn.put(LATEST, latest_writes_key(tkey), _enc.encode((cid, ())))  # LatestWrites
+    txn.put(LATEST, b"c" + tkey, _enc.encode(latest))  # (latest_key, inlined)
+    prefix = writes_prefix(sid, cid)  # ends in UTF-8 or a u16 0: its last byte is not 0xff,
+    stop = prefix[:-1] + bytes((prefix[-1] + 1,))  # so it ends where that byte is one more
+    if not txn.rows(WRITES, prefix, stop, 1):
+        txn.put(LATEST, b"w" + tkey, _enc.encode((cid, ())))  # LatestWrites (its key inlined)
     else:  # writes stored before (a re-put): readers read them from the write rows
         txn.delete(LATEST, latest_writes_key(tkey))
 

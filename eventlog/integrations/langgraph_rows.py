@@ -681,7 +681,8 @@ def apply_checkpoint(
     at = U64.pack(seq)
     big = False
     for blob in frame.blobs:  # (blob_key, inline)
-        txn.put(BLOBS, k + _channel16(blob.channel) + version_key(blob.version), at)
+        # (version_key: the same default msgpack encoder, called directly)
+        txn.put(BLOBS, k + _channel16(blob.channel) + _enc.encode(blob.version), at)
         big = big or len(blob.data) > INLINE_MAX
     txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame, row, mine)))
     if big:  # (only a blob over INLINE_MAX may be a patched channel's keyframe)
