@@ -91,10 +91,10 @@ from eventlog.integrations.langgraph_store import (
     ViewFrame,
     WritesFrame,
     checkpoint_rows,
-    full_blob,
     latest_checkpoint,
     parse_stream_key,
     plan_blob,
+    plan_whole,
     read_checkpoint_row,
     run_prefix,
     split_run_key,
@@ -236,12 +236,7 @@ class CkptlogSaver(SaverReads):
         _check_versions(new_versions, "new_versions")
         memos, appends = self._memos, self.identity_appends
         if memos.empty:  # no memo to take a delta against (small values keep none): whole
-            pending = [
-                full_blob(channel, version, None, values[channel], serde)
-                if channel in values
-                else plan_blob(memos, stream, channel, version, values, serde, appends)
-                for channel, version in new_versions.items()
-            ]
+            pending = plan_whole(memos, stream, new_versions, values, serde, appends)
         else:
             pending = [
                 plan_blob(memos, stream, channel, version, values, serde, appends)
@@ -279,12 +274,13 @@ class CkptlogSaver(SaverReads):
         return stream, tkey
 
     def _remember(self, stream: str, op: PutFrame, done: Appended | None) -> None:
-        if done is None or not op.memos:  # (a put of small scalars only has none: no lock)
+        if done is None:
             return
-        for _, memo in op.memos:
-            if memo is not None:
-                memo.committed(done.seq)
-        self._memos.put_many(stream, op.memos)
+        if op.memos:  # (a put of small scalars only has none: no lock)
+            for _, memo in op.memos:
+                if memo is not None:
+                    memo.committed(done.seq)
+            self._memos.put_many(stream, op.memos)
         for channel, full in op.fulls:  # the bytes a read of this version (or a delta) needs
             self._patches.keep((op.sid, done.seq, channel), full)
 
@@ -298,7 +294,9 @@ class CkptlogSaver(SaverReads):
         """Store a checkpoint and the blobs of ``new_versions``; durable on return."""
         stream, op, out = self._plan_put(config, checkpoint, metadata, new_versions)
         self._puts += 1
-        self._remember(stream, op, self.log.append(stream, op))
+        done = self.log.append(stream, op)
+        if op.memos or op.fulls:  # (a put of small values keeps nothing: no call)
+            self._remember(stream, op, done)
         return out
 
     async def aput(
