@@ -767,3 +767,32 @@ def test_an_undecodable_frame_does_not_break_list_or_delete(lmdb_log: Checkpoint
     assert [s.invocation_id for s in lmdb_log.list()] == ["other"]
     assert lmdb_log.load("inv") is None
     assert lmdb_log.load("other") == OTHER
+
+
+@pytest.mark.parametrize(
+    ("state", "bad"),
+    [
+        ({"n": 2**70}, "an int over 64 bits"),
+        ({"t": datetime.datetime(2026, 1, 1)}, "a datetime (comes back a str)"),
+    ],
+)
+def test_a_dict_state_that_does_not_encode_is_refused_as_before(
+    tmp_path: Path, state: dict[str, Any], bad: str
+) -> None:
+    """A dict state that cannot be encoded (or that would come back changed) is refused with
+    EncodingError naming ``state``, nothing is written, and the next save of the invocation
+    works (a guard for any faster encoding of the common dict of scalars)."""
+    from eventlog.errors import EncodingError  # noqa: PLC0415
+
+    log = CheckpointLog.open(tmp_path / "log", durability="process")
+    try:
+        with pytest.raises(EncodingError) as info:
+            log.save("inv", CheckpointRecord("inv", "c", state, (), (), 1.0))
+        assert info.value.path.startswith("state"), bad
+        assert log.load("inv") is None
+        log.save("inv", CheckpointRecord("inv", "c", {"n": 1}, (), (), 2.0))
+        loaded = log.load("inv")
+        assert loaded is not None
+        assert loaded.state == {"n": 1}
+    finally:
+        log.close()
