@@ -50,12 +50,12 @@ import secrets
 import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import lmdb
 
@@ -83,8 +83,6 @@ from eventlog.errors import (
     StorageFull,
     UnsupportedFormat,
 )
-
-T = TypeVar("T")
 
 try:  # py-lmdb 3 refuses to open one environment twice in a process (see _lift_open_guard)
     _lmdb_envid: Any = importlib.import_module("lmdb._envid")
@@ -397,8 +395,8 @@ class _Env:
 
     def begin(self, write: bool, path: str) -> Any:
         """A transaction (the caller holds :meth:`active`); ``None`` if the map was resized."""
-        try:
-            return self.env.begin(write=write)
+        try:  # (db, parent, write) positional: py-lmdb parses keywords slower
+            return self.env.begin(None, None, write)
         except lmdb.MapResizedError:
             return None
         except lmdb.Error as e:
@@ -481,21 +479,11 @@ class _WriteScope:
                 if links == 0:
                     env.refuse_replaced()
             try:
-                (mutex := env._mutex).acquire()  # (env.enter inline)
+                env.enter()
                 try:
-                    while env._resizing:
-                        env._cond.wait()
-                    env._active += 1
-                finally:
-                    mutex.release()
-                try:  # (env.begin inline: positional, py-lmdb parses keywords slower)
-                    self.txn = env.env.begin(None, None, True)
-                except lmdb.MapResizedError:
-                    self.txn = None
-                except BaseException as e:
+                    self.txn = env.begin(True, self.path)
+                except BaseException:
                     env.leave()
-                    if isinstance(e, lmdb.Error):
-                        raise _translate(e, f"writing {self.path!r}") from e
                     raise
             except BaseException:
                 env.unlock_writers()
@@ -542,13 +530,7 @@ class _WriteScope:
                 else:
                     return  # the exception propagates
         finally:
-            (mutex := env._mutex).acquire()  # (env.leave inline)
-            try:
-                env._active -= 1
-                if env._resizing:
-                    env._cond.notify_all()
-            finally:
-                mutex.release()
+            env.leave()
             if env.lock_fd is not None:
                 _flock(env.lock_fd, _LOCK_UN)
             env.write_lock.release()
@@ -1103,8 +1085,7 @@ class _LmdbRead(ReadTxn):
 
 class _LmdbWrite(_LmdbRead, WriteTxn):
     def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        self._txn = txn  # (_LmdbRead.__init__ inline: one per commit, super() costs a call)
-        self._dbs = dbs
+        super().__init__(txn, dbs)
         self._max_key = max_key
 
     def serial(self) -> int:
@@ -1230,9 +1211,7 @@ class _LmdbLoggedWrite(_LmdbWrite):
     of a durable commit (backends/lmdb_wal.py). Values are copied by ``bytes`` already."""
 
     def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        self._txn = txn  # (_LmdbWrite.__init__ inline: one per durable commit)
-        self._dbs = dbs
-        self._max_key = max_key
+        super().__init__(txn, dbs, max_key)
         self.ops: list[tuple[str, bytes, bytes | None]] = []
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
@@ -1367,34 +1346,6 @@ class LmdbBackend(Backend):
 
     def read(self) -> _ReadScope:
         return _ReadScope(self)
-
-    def run_write(
-        self,
-        fn: Callable[[WriteTxn], T],
-        *,
-        attempts: int = 8,
-        before_lock: Callable[[WriteTxn], None] | None = None,
-    ) -> T:
-        """:meth:`Backend.run_write`, the scope entered and left by direct calls: a ``with``
-        statement binds ``__enter__`` and ``__exit__`` anew at every commit. The same rules:
-        ``__exit__`` sees the exception (and never suppresses it), or ``None`` on success."""
-        for attempt in range(attempts):
-            try:
-                scope = self.write()
-                txn = scope.__enter__()
-                try:
-                    if before_lock is not None:
-                        before_lock(txn)
-                    result = fn(txn)
-                except BaseException as e:
-                    scope.__exit__(type(e), e, e.__traceback__)
-                    raise
-                scope.__exit__(None, None, None)
-                return result
-            except RetryableWrite:
-                if attempt == attempts - 1:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def write(self) -> _WriteScope:
         env = self._handle()  # first, so a closed backend says LogClosed even when read-only

@@ -141,16 +141,7 @@ class _HeadFrame(DeferredFrame):
         else:
             frame, head = self._delta(before_head, stream)
         head.seq = seq
-        if before_row is None:  # (_snapshot_due, inline)
-            as_snapshot = True
-        elif before_row.paging_since:
-            as_snapshot = False
-        else:
-            snap = before_row.snapshot_bytes
-            as_snapshot = before_row.chain_bytes > SNAPSHOT_RATIO * snap or (
-                seq - before_row.snapshot_seq
-                >= max(SNAPSHOT_FRAMES_MAX, snap // SNAPSHOT_BYTES_PER_FRAME)
-            )
+        as_snapshot = _snapshot_due(before_row, seq)
         if before_row is not None and (before_row.paging_since or (
             as_snapshot and owner._paged(before_row)
         )):  # fmt: skip
@@ -230,12 +221,7 @@ class _HeadFrame(DeferredFrame):
             del memo[next(iter(memo))]
         if head.slots or before_row is None or before_row.layout:  # (else _row saw it: ())
             owner._layout_seen(stream, row)
-        cache = owner._cache  # (owner._cache_put, inline: _head took the stream out of it,
-        cache[stream] = head  # so it goes in last: the most recent)
-        if len(cache) > HEAD_CACHE_MAX:
-            cache.move_to_end(stream)
-            while len(cache) > HEAD_CACHE_MAX:
-                cache.popitem(last=False)
+        owner._cache_put(stream, head)
 
 
 class _Save(_HeadFrame):

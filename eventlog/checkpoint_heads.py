@@ -128,13 +128,7 @@ class HeadCache:
                 row = decode_row(raw)
             except msgspec.DecodeError as e:
                 raise damaged_row(stream, e, "saving to it") from e
-        layouts = self._layouts  # (_layout_seen, inline: one per save)
-        if row is None:
-            layouts.pop(stream, None)
-            return row
-        layouts[stream] = row.layout
-        if len(layouts) > HEAD_CACHE_MAX:
-            del layouts[next(iter(layouts))]
+        self._layout_seen(stream, row)
         return row
 
     def _layout_seen(self, stream: str, row: HeadRow | None) -> None:

@@ -113,8 +113,6 @@ from eventlog.records import (
 )
 from eventlog.reports import Stats, VerifyReport
 from eventlog.validate import (
-    _SCALARS,
-    LOOP_KEYS_MAX,
     QUICK_ERRORS,
     STATES,
     RecordChecker,
@@ -290,16 +288,10 @@ class CheckpointLog(HeadCache):
             and progress.result_is_error.__class__ is bool
             and progress.completed_inner_positions is _NO_POSITIONS
         ):
-            try:  # quick_progress, inline (plain_result's loop too: a small dict of scalars)
+            try:  # quick_progress, inline
                 raw = _encode_progress(progress)
-                r = progress.result
-                if r.__class__ is dict and len(r) <= LOOP_KEYS_MAX:
-                    for k in r:
-                        if k.__class__ is not str or r[k].__class__ not in _SCALARS:
-                            raw = quick_progress(progress)  # the exact test (a typed decode)
-                            break
-                elif not plain_result(r):  # a scalar, or str keys, scalar values
-                    raw = quick_progress(progress)
+                if not plain_result(progress.result):  # a scalar, or str keys, scalar values
+                    raw = quick_progress(progress)  # the exact test (a typed decode)
             except QUICK_ERRORS:  # the slow path below decides
                 raw = None
             if raw is not None:

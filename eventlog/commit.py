@@ -343,11 +343,7 @@ class GroupCommit:
             raw = ser.encode_fast(frame)
         except ENCODE_ERRORS:
             raw = ser.encode(frame)  # raises EncodingError, naming the path
-        comp = self._compressor
-        if len(raw) < comp.threshold_bytes:  # (compress's first case, inline)
-            item.payload, item.flags = raw, 0
-        else:
-            item.payload, item.flags = comp.compress(raw, fast)
+        item.payload, item.flags = self._compressor.compress(raw, fast)
         stored = len(item.payload) + HEADER_BYTES
         limit = self.frame_bytes_max
         if stored > limit or len(raw) + HEADER_BYTES > limit:

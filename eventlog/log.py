@@ -341,9 +341,7 @@ class EventLog(GroupCommit):
         the process dies first. ``expect_seq``: conditional on the seq it gets (optimistic
         concurrency), else :class:`SequenceConflict`. ``linger``: seconds to wait for another
         thread's commit to take it (one flush for both)."""
-        if stream not in self._ids or frame.__class__ is Event:  # (else _make_item checks none)
-            self._make_item(stream, frame, expect_seq, effect)  # raises when a check fails
-        item = _Item(stream, frame, expect_seq, effect)
+        item = self._make_item(stream, frame, expect_seq, effect)
         if not durable:
             self._enqueue((item,), durable=False)
             return None

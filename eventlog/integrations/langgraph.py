@@ -94,7 +94,6 @@ from eventlog.integrations.langgraph_store import (
     latest_checkpoint,
     parse_stream_key,
     plan_blob,
-    plan_whole,
     read_checkpoint_row,
     run_prefix,
     split_run_key,
@@ -235,13 +234,10 @@ class CkptlogSaver(SaverReads):
             _check_str(cid, "checkpoint['id']")
         _check_versions(new_versions, "new_versions")
         memos, appends = self._memos, self.identity_appends
-        if memos.empty:  # no memo to take a delta against (small values keep none): whole
-            pending = plan_whole(memos, stream, new_versions, values, serde, appends)
-        else:
-            pending = [
-                plan_blob(memos, stream, channel, version, values, serde, appends)
-                for channel, version in new_versions.items()
-            ]
+        pending = [
+            plan_blob(memos, stream, channel, version, values, serde, appends)
+            for channel, version in new_versions.items()
+        ]
         ctype, cdata = serde.dumps_typed(body)
         md = get_checkpoint_metadata(config, metadata)
         mtype, mdata = serde.dumps_typed(md)

@@ -464,13 +464,8 @@ class Memos:
         self._memos: collections.OrderedDict[tuple[str, str], Memo] = collections.OrderedDict()
         self._bytes = 0
 
-    @property
-    def empty(self) -> bool:
-        """No memo is kept (read without the lock: a stale answer only plans a full blob)."""
-        return not self._memos
-
     def get(self, stream: str, channel: str) -> Memo | None:
-        if not self._memos:  # (as ``empty``: no lock)
+        if not self._memos:  # (none kept: no lock)
             return None
         with self._lock:
             return self._memos.get((stream, channel))
@@ -533,13 +528,6 @@ def full_blob(channel: str, version: Any, vkey: bytes | None, value: Any, serde:
     transaction as any other). ``vkey``: ``version_key(version)`` (``None``: computed here
     when a memo needs it)."""
     typ, data = serde.dumps_typed(value)
-    return _full_of(channel, version, vkey, value, typ, data)
-
-
-def _full_of(
-    channel: str, version: Any, vkey: bytes | None, value: Any, typ: str, data: bytes
-) -> Pending:
-    """:func:`full_blob` of ``value`` serialized as ``(typ, data)``."""
     is_list = type(value) is list
     if not is_list and len(data) < PATCH_MIN_BYTES:
         full = (typ, data) if len(data) > INLINE_MAX else None
@@ -560,34 +548,6 @@ def _full_of(
         full_bytes=len(data),
     )
     return Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", memo, (typ, data))
-
-
-def plan_whole(
-    memos: Memos,
-    stream: str,
-    new_versions: Mapping[str, Any],
-    values: Mapping[str, Any],
-    serde: Serde,
-    appends: bool,
-) -> list[Pending]:
-    """:func:`plan_blob` of each channel of ``new_versions`` when ``memos`` keeps none (no delta
-    to take: each value whole, as :func:`full_blob` stores it), in one call; a small value that
-    is not a list (no memo, not kept for reads unless over ``INLINE_MAX``) without another."""
-    out: list[Pending] = []
-    for channel, version in new_versions.items():
-        if channel not in values:
-            out.append(plan_blob(memos, stream, channel, version, values, serde, appends))
-            continue
-        value = values[channel]
-        typ, data = serde.dumps_typed(value)
-        if type(value) is not list and len(data) < PATCH_MIN_BYTES:  # (full_blob's first case)
-            full = (typ, data) if len(data) > INLINE_MAX else None
-            out.append(
-                Pending(LgBlob(channel, version, BLOB_FULL, typ, data), value, b"", None, full)
-            )
-        else:
-            out.append(_full_of(channel, version, None, value, typ, data))
-    return out
 
 
 def _tail_bytes(

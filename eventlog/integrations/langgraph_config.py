@@ -55,15 +55,22 @@ def _check_str(value: Any, where: str) -> None:
         )
 
 
-def _check_versions(versions: Mapping[str, Any], where: str) -> None:
-    """``new_versions``: str channels, plain versions (stored as typed as they are)."""
-    for channel, version in versions.items():  # the common case, one loop without calls
+def _all_plain(versions: Mapping[str, Any]) -> bool:
+    """Every channel an exact ``str`` and every version an exact ``str``, ``float`` or int64
+    (the common case, one loop without calls; anything else takes the exact checks)."""
+    for channel, version in versions.items():
         t = type(version)
         if type(channel) is not str or not (
             t is str or t is float or (t is int and _INT_MIN <= version < _INT_END)
         ):
-            _check_versions_slow(versions, where)
-            return
+            return False
+    return True
+
+
+def _check_versions(versions: Mapping[str, Any], where: str) -> None:
+    """``new_versions``: str channels, plain versions (stored as typed as they are)."""
+    if not _all_plain(versions):
+        _check_versions_slow(versions, where)
 
 
 def _check_versions_slow(versions: Mapping[str, Any], where: str) -> None:
@@ -78,13 +85,7 @@ def _check_versions_slow(versions: Mapping[str, Any], where: str) -> None:
 
 
 def _plain_versions(versions: Mapping[str, Any]) -> dict[str, str | int | float]:
-    for channel, version in versions.items():  # the common case: str channels, plain types
-        t = type(version)
-        if type(channel) is not str or not (
-            t is str or t is float or (t is int and _INT_MIN <= version < _INT_END)
-        ):
-            return _plain_versions_slow(versions)
-    return dict(versions)
+    return dict(versions) if _all_plain(versions) else _plain_versions_slow(versions)
 
 
 def _plain_versions_slow(versions: Mapping[str, Any]) -> dict[str, str | int | float]:

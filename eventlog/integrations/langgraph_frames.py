@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from backends.base import WriteTxn
+from backends.base import WriteTxn, prefix_end
 from eventlog.errors import CheckpointError
 from eventlog.frames import (
     BLOB_APPEND,
@@ -65,6 +65,7 @@ from eventlog.integrations.langgraph_rows import (
     latest_values,
     latest_versions,
     latest_writes_key,
+    newer_than_latest,
     write_key,
     writes_prefix,
 )
@@ -106,7 +107,7 @@ class PutFrame(ViewFrame):
     ) -> None:
         """``log``: where keeping ``lg_latest`` reads a channel it cannot take from the put or
         the previous row (without it the put drops the stream's latest rows)."""
-        self.tkey, self.sid, self.frame, self.fresh = tkey, 0, None, False  # (ViewFrame's)
+        super().__init__(tkey)
         self.head = head
         self.pending = pending
         self.serde = serde
@@ -157,7 +158,7 @@ class PutFrame(ViewFrame):
         # The c row first (apply_rows leaves it alone): a checkpoint newer than the one it
         # names is new to the stream, so apply_rows reads none of its rows (newer_than_latest).
         head = latest_head(txn, tkey)
-        newer = head is not None and head.sid == sid and head.checkpoint_id < frame.checkpoint_id
+        newer = newer_than_latest(head, sid, frame.checkpoint_id)
         seq = done.seq
         row = checkpoint_row(seq, frame)  # (the read row and the c row share it)
         mine = {b.channel: b for b in frame.blobs}
@@ -168,10 +169,7 @@ class PutFrame(ViewFrame):
                 log, txn, sid, _no_loads, Patches(log.frame_bytes_max), keyframes=False
             )
 
-        try:  # (keep_latest, inlined: its arguments are all at hand)
-            _keep_latest(txn, frame, sid, tkey, seq, reader, head, fresh, row, mine)
-        except msgspec.DecodeError:  # raised before anything is written
-            _keep_latest(txn, frame, sid, tkey, seq, reader, None, fresh, row, mine)
+        keep_latest(txn, frame, sid, tkey, seq, reader, fresh=fresh, head=head, row=row, mine=mine)
 
     def build(self, txn: WriteTxn, stream: str, sid: int, seq: int) -> LgCheckpoint:
         if not self.deltas:
@@ -227,7 +225,7 @@ class _Prev:
 
 def latest_head(txn: WriteTxn, tkey: bytes) -> LatestHead | None:
     """The stream's ``c`` row as a put reads it (``None``: absent, or it does not decode)."""
-    raw = txn.get(LATEST, b"c" + tkey)  # (latest_key, inlined)
+    raw = txn.get(LATEST, latest_key(tkey))
     return None if raw is None else decode_latest_head(raw)
 
 
@@ -324,11 +322,10 @@ def _keep_latest(
         sid, cid, row, frame.checkpoint_type, frame.checkpoint,
         frame.versions, split[0], split[1],
     )  # fmt: skip
-    txn.put(LATEST, b"c" + tkey, _enc.encode(latest))  # (latest_key, inlined)
-    prefix = writes_prefix(sid, cid)  # ends in UTF-8 or a u16 0: its last byte is not 0xff,
-    stop = prefix[:-1] + bytes((prefix[-1] + 1,))  # so it ends where that byte is one more
-    if not txn.rows(WRITES, prefix, stop, 1):
-        txn.put(LATEST, b"w" + tkey, _enc.encode((cid, ())))  # LatestWrites (its key inlined)
+    txn.put(LATEST, latest_key(tkey), _enc.encode(latest))
+    prefix = writes_prefix(sid, cid)  # ends in UTF-8: never all 0xff, so it has an end
+    if not txn.rows(WRITES, prefix, prefix_end(prefix) or prefix, 1):
+        txn.put(LATEST, latest_writes_key(tkey), _enc.encode((cid, ())))  # LatestWrites
     else:  # writes stored before (a re-put): readers read them from the write rows
         txn.delete(LATEST, latest_writes_key(tkey))
 

@@ -177,8 +177,7 @@ def thread_prefix(thread_id: str) -> bytes:
 
 
 def thread_key(thread_id: str, checkpoint_ns: str) -> bytes:
-    raw = thread_id.encode("utf-8", "surrogatepass")  # (s16, inlined: a put makes keys)
-    return U16.pack(len(raw)) + raw + checkpoint_ns.encode("utf-8", "surrogatepass")
+    return _s16(thread_id) + _utf8(checkpoint_ns)
 
 
 def split_thread_key(key: bytes) -> tuple[str, str]:
@@ -190,20 +189,19 @@ def split_thread_key(key: bytes) -> tuple[str, str]:
 
 
 def checkpoint_key(sid: int, checkpoint_id: str) -> bytes:
-    return U64.pack(sid) + checkpoint_id.encode("utf-8", "surrogatepass")
-
-
-def blob_key(sid: int, channel: str, vkey: bytes) -> bytes:
-    return U64.pack(sid) + _s16(channel) + vkey
+    return U64.pack(sid) + _utf8(checkpoint_id)
 
 
 # ``s16`` of a channel name, kept (a pure function: a graph has few channels; bounded)
 _channel16 = functools.lru_cache(maxsize=1024)(s16)
 
 
+def blob_key(sid: int, channel: str, vkey: bytes) -> bytes:
+    return U64.pack(sid) + _channel16(channel) + vkey
+
+
 def writes_prefix(sid: int, checkpoint_id: str) -> bytes:
-    raw = checkpoint_id.encode("utf-8", "surrogatepass")  # (s16, inlined: a put makes keys)
-    return U64.pack(sid) + U16.pack(len(raw)) + raw
+    return U64.pack(sid) + _s16(checkpoint_id)
 
 
 def write_key(sid: int, checkpoint_id: str, task_id: str, idx: int) -> bytes:
@@ -627,12 +625,9 @@ def apply_rows(
         return apply_checkpoint(txn, sid, seq, frame, tkey, newer)
     k = U64.pack(sid)
     if isinstance(frame, LgWrites):
-        prefix = writes_prefix(sid, frame.checkpoint_id) + _s16(frame.task_id)
-        path = frame.task_path
+        cid, task, path = frame.checkpoint_id, frame.task_id, frame.task_path
         for pos, w in enumerate(frame.writes):
-            txn.put(
-                WRITES, prefix + U32.pack(w.idx + IDX_BIAS), _enc.encode(WriteRow(seq, pos, path))
-            )
+            txn.put(WRITES, write_key(sid, cid, task, w.idx), _enc.encode(WriteRow(seq, pos, path)))
         if frame.writes and not newer:  # (newer: the caller knows lg_threads names it)
             _keep_thread(txn, tkey, k)
     elif isinstance(frame, LgRemove):
@@ -680,9 +675,8 @@ def apply_checkpoint(
         txn.put(RUNS, run_key(frame.run_id, sid, frame.checkpoint_id), b"")
     at = U64.pack(seq)
     big = False
-    for blob in frame.blobs:  # (blob_key, inline)
-        # (version_key: the same default msgpack encoder, called directly)
-        txn.put(BLOBS, k + _channel16(blob.channel) + _enc.encode(blob.version), at)
+    for blob in frame.blobs:
+        txn.put(BLOBS, blob_key(sid, blob.channel, version_key(blob.version)), at)
         big = big or len(blob.data) > INLINE_MAX
     txn.put(READS, ckey, _enc.encode(make_read_row(txn, sid, seq, frame, row, mine)))
     if big:  # (only a blob over INLINE_MAX may be a patched channel's keyframe)

@@ -82,7 +82,6 @@ from eventlog.integrations.langgraph_blobs import (
     msgpack_array,
     msgpack_array_header,
     plan_blob,
-    plan_whole,
 )
 from eventlog.integrations.langgraph_frames import (
     CopiedFrame,
@@ -238,7 +237,6 @@ __all__ = [
     "msgpack_array_header",
     "parse_stream_key",
     "plan_blob",
-    "plan_whole",
     "read_checkpoint_row",
     "read_frame",
     "read_latest",
