@@ -328,7 +328,8 @@ def _readers_round(path: Path, work: Path, seconds: float, tally: Tally) -> None
             cli_runs += 1
             if proc.returncode != 0:
                 cli_fail += 1
-                tally.fail(f"readers: ckptlog {args[0]} exited {proc.returncode}: {proc.stderr}")
+                said = (proc.stderr + proc.stdout)[-2000:]  # verify reports on stdout
+                tally.fail(f"readers: ckptlog {args[0]} exited {proc.returncode}: {said}")
     reads = torn = 0
     for child in readers_:
         code, acks, other = child.finish(120)
