@@ -56,6 +56,7 @@ from eventlog.records import (
     EnclosingFanOutInstance,
     FanOutInstanceProgress,
 )
+from eventlog.validate import decoded_progresses
 from projections.records import (
     Head,
     Incoming,
@@ -472,13 +473,16 @@ class _InstanceSaves(_HeadFrame):
         key = cols[0][0] if cols is not None else self._changes[0].key
         hd = headers.get(key)
         if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
-            _, indices, progs, times, raws = cols if cols is not None else self._columns()
+            _, indices, _, times, raws = cols if cols is not None else self._columns()
             if min(indices) >= 0 and max(indices) < hd.instance_count:
                 if slots is not None:
+                    # the head keeps copies decoded from the bytes stored, never the callers'
+                    # objects, whose results a caller may change after the call
+                    owned = decoded_progresses(raws)
                     slot = slots[hd.fid]  # in call order (the later wins), at C speed
-                    scatter(slot.instances, indices, progs)
+                    scatter(slot.instances, indices, owned)
                     slot.src = None
-                    array = cached_change_array(slot, indices, progs, raws)
+                    array = cached_change_array(slot, indices, owned, raws)
                 else:
                     array = change_array(hd.fid, indices, raws)
                 self.rows = (hd.fid, indices, raws)
@@ -497,7 +501,7 @@ class _InstanceSaves(_HeadFrame):
                 continue
             if slots is not None:
                 slot = slots[hd.fid]
-                slot.instances[ch.index] = ch.progress
+                slot.instances[ch.index] = decoded_progresses([ch.raw])[0]  # (as above)
                 slot.src = None
                 slot.synced = False
             changes.append(_RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw)))

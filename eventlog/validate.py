@@ -526,6 +526,16 @@ _progress_encoder: Final = msgspec.msgpack.Encoder(enc_hook=enc_hook)
 
 
 _progress_decoder: Final = msgspec.msgpack.Decoder(FanOutInstanceProgress)
+
+
+def decoded_progresses(raws: list[bytes]) -> list[FanOutInstanceProgress]:
+    """Each of ``raws`` (progresses encoded by :func:`encode_progress` or
+    :func:`quick_progress`, so lossless) decoded back: new objects equal to those encoded,
+    sharing nothing with them, for a holder that must not keep a caller's mutable results
+    (a result dict changed after its save would otherwise change the holder's copy too)."""
+    return list(map(_progress_decoder.decode, raws))
+
+
 QUICK_ERRORS: Final = (
     TypeError,
     ValueError,
