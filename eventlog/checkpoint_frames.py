@@ -138,6 +138,9 @@ class _HeadFrame(DeferredFrame):
         owner = self.owner
         before_head, before_row = owner._head(txn, stream, sid, seq, row)
         if self.__class__ is _Save:  # a whole record's save (_Save._delta, inline)
+            if before_head is not None:
+                for slot in before_head.slots:
+                    own_instances(slot)  # compared with the record's: our copies
             frame, head = delta(before_head, self.inc, stream)
         else:
             frame, head = self._delta(before_head, stream)
@@ -246,6 +249,7 @@ _key_of = operator.attrgetter("key")
 _index_of = operator.attrgetter("index")
 _saved_at_of = operator.attrgetter("saved_at")
 _progress_of = operator.attrgetter("progress")
+_first = operator.itemgetter(0)
 
 
 class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
@@ -473,16 +477,14 @@ class _InstanceSaves(_HeadFrame):
         key = cols[0][0] if cols is not None else self._changes[0].key
         hd = headers.get(key)
         if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
-            _, indices, _, times, raws = cols if cols is not None else self._columns()
+            _, indices, progs, times, raws = cols if cols is not None else self._columns()
             if min(indices) >= 0 and max(indices) < hd.instance_count:
                 if slots is not None:
-                    # the head keeps copies decoded from the bytes stored, never the callers'
-                    # objects, whose results a caller may change after the call
-                    owned = decoded_progresses(raws)
                     slot = slots[hd.fid]  # in call order (the later wins), at C speed
-                    scatter(slot.instances, indices, owned)
+                    scatter(slot.instances, indices, progs)
                     slot.src = None
-                    array = cached_change_array(slot, indices, owned, raws)
+                    array = cached_change_array(slot, indices, progs, raws)
+                    lend(slot, indices, raws)
                 else:
                     array = change_array(hd.fid, indices, raws)
                 self.rows = (hd.fid, indices, raws)
@@ -494,6 +496,9 @@ class _InstanceSaves(_HeadFrame):
                 )
         changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
         times = []
+        if slots is not None:
+            for slot in slots.values():
+                own_instances(slot)  # (before they are written other than by a batch)
         for ch in self.changes:
             hd = headers.get(ch.key)
             if hd is None or not 0 <= ch.index < hd.instance_count:
@@ -501,7 +506,7 @@ class _InstanceSaves(_HeadFrame):
                 continue
             if slots is not None:
                 slot = slots[hd.fid]
-                slot.instances[ch.index] = decoded_progresses([ch.raw])[0]  # (as above)
+                slot.instances[ch.index] = decoded_progresses([ch.raw])[0]  # (see lend)
                 slot.src = None
                 slot.synced = False
             changes.append(_RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw)))
@@ -556,6 +561,43 @@ class _InstanceSaves(_HeadFrame):
             super().appended(txn, done)
         if self.rejected:
             self.owner._rejected.append(self)
+
+
+def lend(slot: Slot, indices: list[int], raws: list[bytes]) -> None:
+    """Note that a cached batch set ``slot.instances`` at ``indices`` to the callers' objects
+    (encoded as ``raws``): :func:`own_instances` replaces them with copies before the head is
+    used other than by batches (a whole-record save compares its instances with them; a
+    result changed by its caller after the call would compare equal, and the change would be
+    lost). Decoding each batch's instances right away costs about 5k instructions a row
+    (a 60-byte result), more than the rest of the writer's work on it; so it waits, and a
+    head only batches change never pays it. At most about one decode per instance is kept
+    pending: past that the slot is made its own at once."""
+    borrowed = slot.borrowed
+    borrowed.append((indices, raws))
+    if sum(map(len, map(_first, borrowed))) > len(slot.instances):
+        own_instances(slot)
+
+
+def own_instances(slot: Slot) -> None:
+    """Replace the instances cached batches set to the callers' objects (:func:`lend`) with
+    copies decoded from the bytes stored, in order; their cached entries stay true (the
+    copies encode as the bytes they were made from, and stand beside them in ``objs``)."""
+    if not slot.borrowed:
+        return
+    borrowed, slot.borrowed = slot.borrowed, []
+    objs, insts = slot.objs, slot.instances
+    for indices, raws in borrowed:  # in order: the later wins
+        owned = decoded_progresses(raws)
+        if objs is not None:  # an entry stands for instances[i] while it is objs[i]
+            same = list(
+                map(operator.is_, map(insts.__getitem__, indices), map(objs.__getitem__, indices))
+            )
+            if all(same):
+                scatter(objs, indices, owned)
+            else:
+                kept = list(itertools.compress(indices, same))
+                scatter(objs, kept, list(itertools.compress(owned, same)))
+        scatter(insts, indices, owned)
 
 
 def _book_after(txn: WriteTxn, sid: int, before: HeadRow, frame: Save, done: Appended) -> Book:

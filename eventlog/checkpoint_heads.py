@@ -20,6 +20,7 @@ from eventlog.checkpoint_frames import (
     HEAD_CACHE_MAX,
     PAGE_ROWS_MIN,
     _InstanceSaves,
+    own_instances,
 )
 from eventlog.checkpoint_frames import (
     SNAPSHOT_FRAMES_MAX as SNAPSHOT_FRAMES_MAX,  # noqa: PLC0414 - re-exported
@@ -151,6 +152,8 @@ class HeadCache:
         if head is not None and head.seq == row.seq == seq - 1:
             return head, row  # current: the usual save
         if head is not None and head.seq < row.seq == seq - 1:
+            for slot in head.slots:
+                own_instances(slot)  # (before the fold writes them)
             head = self._catch_up(txn, stream, sid, head, row)
         if head is None or head.seq != row.seq or row.seq != seq - 1:
             loaded = read_head(txn, sid, row)

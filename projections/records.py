@@ -159,6 +159,14 @@ class Slot:
     # True while ``instances[i] is objs[i]`` for every ``i`` (started_array sets it, the
     # writer's cached batches keep it); any other write to ``instances`` clears it.
     synced: bool = field(default=False, compare=False, repr=False)
+    # The writer's cached batches (eventlog.checkpoint_frames.own_instances): ``instances[i]``
+    # set by a batch is the caller's object until the head is used other than by batches;
+    # ``borrowed`` lists each such batch's indices and encoded progresses, in order, so that
+    # the caller's objects (whose results it may change after the call) are replaced by
+    # copies decoded from the bytes stored first.
+    borrowed: list[tuple[list[int], list[bytes]]] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
     @property
     def key(self) -> FanOutKey:
