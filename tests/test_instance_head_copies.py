@@ -106,3 +106,24 @@ def test_decoded_progresses_are_equal_copies() -> None:
     assert copies == progs
     assert all(c is not p for c, p in zip(copies, progs, strict=True))
     assert copies[0].result is not progs[0].result
+
+
+def test_result_changed_after_the_call_with_another_writer(tmp_path: Any) -> None:
+    """The cached head is caught up with another writer's frames (a fold writes its slots):
+    the batch's instances become the head's own copies first."""
+    ours = CheckpointLog.open(tmp_path, durability="process")
+    theirs = CheckpointLog.open(tmp_path, durability="process")
+    try:
+        ours.save(INV, _record(1.0, [NOT_STARTED] * 4, [NOT_STARTED] * 2))
+        r0 = {"n": 0}
+        ours.save_instance(INV, "a", 0, done(r0), namespace=NS)
+        theirs.save_instance(INV, "a", 2, done({"n": 2}), namespace=NS)
+        r0["n"] = 100
+        assert _results(ours, 0) == [{"n": 0}, None, {"n": 2}, None]
+        later = [done(r0), NOT_STARTED, done({"n": 2}), NOT_STARTED]
+        ours.save(INV, _record(2.0, later, [NOT_STARTED] * 2))  # caught up, then compared
+        assert _results(theirs, 0) == [{"n": 100}, None, {"n": 2}, None]
+        assert ours.verify().ok
+    finally:
+        theirs.close()
+        ours.close()
