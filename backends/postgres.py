@@ -790,7 +790,15 @@ class _PgWrite(_PgRead, WriteTxn):
         self._check_key(key)
         self._sql(table)
         value = bytes(value)
-        self._batch.write(table, {key: value}, new=False)
+        row = {key: value}
+        if self._all_new(table, row):
+            # as put_many: a plain INSERT (no speculative insertion, no tuple lock, no
+            # confirmation record); a key there after all fails it and the transaction runs
+            # again with the upsert
+            self._batch.write(table, row, new=True)
+            self.assumed += 1
+        else:
+            self._batch.write(table, row, new=False)
         self.seen[table, key] = value
         self._saw(table, key, value)
 
