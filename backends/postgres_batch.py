@@ -138,6 +138,15 @@ class Batch:
             self.expect(table, key, old)
         self.deletes.setdefault(table, {})[key] = None
 
+    def insert(self, table: str, key: bytes, value: bytes) -> None:
+        """Queue one row assumed new whose key this batch holds no write, deletion or
+        assertion of (:meth:`write` with ``new``, without its folding)."""
+        rows = self.inserts.get(table)
+        if rows is None:
+            self.inserts[table] = {key: value}
+        else:
+            rows[key] = value
+
     def write(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
         """Queue ``rows``; ``new``: assumed absent, written by a plain ``INSERT``."""
         updates = self.updates.get(table)
