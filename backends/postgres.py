@@ -636,9 +636,11 @@ class _PgWrite(_PgRead, WriteTxn):
 
     def prefetch(self, table: str, keys: list[bytes]) -> None:
         s = self._readable(table)
-        ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
-        if s is None or not ok or self.assuming:
+        if s is None or self.assuming:
             return  # assuming: get() answers from what is known, or assumes absent
+        ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
+        if not ok:
+            return
         try:
             # queued, no round trip
             self._send()

@@ -229,9 +229,9 @@ class Batch:
             tuple(self.upserts),
             tuple(self.inserts),
             tuple(self.updates),
-            tuple(t for t, keys in self.deletes.items() if keys),
+            tuple(t for t, keys in self.deletes.items() if keys) if self.deletes else (),
             tuple(self.expects),
-            tuple((kind, table) for kind, table, _ in self.checks),
+            tuple((kind, table) for kind, table, _ in self.checks) if self.checks else (),
         )
 
     def params(self) -> list[Any]:
