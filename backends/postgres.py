@@ -636,9 +636,11 @@ class _PgWrite(_PgRead, WriteTxn):
 
     def prefetch(self, table: str, keys: list[bytes]) -> None:
         s = self._readable(table)
-        ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
-        if s is None or not ok or self.assuming:
+        if s is None or self.assuming:
             return  # assuming: get() answers from what is known, or assumes absent
+        ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
+        if not ok:
+            return
         try:
             # queued, no round trip
             self._send()
@@ -786,11 +788,22 @@ class _PgWrite(_PgRead, WriteTxn):
         return self.last_key(table)
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        self._pre.pop(table, None)  # a prefetched value may be stale now
-        self._check_key(key)
-        self._sql(table)
-        value = bytes(value)
-        self._batch.write(table, {key: value}, new=False)
+        if self._pre:
+            self._pre.pop(table, None)  # a prefetched value may be stale now
+        if type(key) is not bytes or not 0 < len(key) <= POSTGRES_KEY_BYTES_MAX:
+            self._check_key(key)
+        if table not in self._owner._sql:
+            self._sql(table)  # raises
+        if type(value) is not bytes:
+            value = bytes(value)
+        if self._new_key(table, key):
+            # as put_many's: a plain INSERT (no speculative insertion, no tuple lock, no
+            # confirmation record); a key there after all fails it and the transaction runs
+            # again with the upsert
+            self._batch.insert(table, key, value)
+            self.assumed += 1
+        else:
+            self._batch.write(table, {key: value}, new=False)
         self.seen[table, key] = value
         self._saw(table, key, value)
 
@@ -818,18 +831,19 @@ class _PgWrite(_PgRead, WriteTxn):
 
     def _all_new(self, table: str, rows: dict[bytes, bytes]) -> bool:
         """Whether this transaction assumes none of ``rows``' keys exists (none known to)."""
+        return all(self._new_key(table, k) for k in rows)
+
+    def _new_key(self, table: str, key: bytes) -> bool:
+        """Whether this transaction assumes ``key`` absent from ``table``: it runs on what is
+        known, and neither it (a write, a deletion, an assertion) nor what is known holds a
+        value of the key. Such a key is in none of the queued batch's writes."""
         if not self.assuming or table in self.pruned or table not in self._owner._present:
             return False
+        k = (table, key)
+        if k in self.seen:
+            return False  # written, deleted or asserted in this transaction: upsert
         known = self._owner._known
-        seen = self.seen
-        for k in rows:
-            if seen.get((table, k)) is not None or known.get(table, k)[1] is not None:
-                return False
-            if (table, k) in known.opaque:
-                return False
-            if (table, k) in seen:
-                return False  # deleted or asserted absent in this transaction: upsert
-        return True
+        return known.rows.get(k) is None and k not in known.opaque
 
     def delete(self, table: str, key: bytes) -> bool:
         self._pre.pop(table, None)  # a prefetched value may be stale now

@@ -138,6 +138,15 @@ class Batch:
             self.expect(table, key, old)
         self.deletes.setdefault(table, {})[key] = None
 
+    def insert(self, table: str, key: bytes, value: bytes) -> None:
+        """Queue one row assumed new whose key this batch holds no write, deletion or
+        assertion of (:meth:`write` with ``new``, without its folding)."""
+        rows = self.inserts.get(table)
+        if rows is None:
+            self.inserts[table] = {key: value}
+        else:
+            rows[key] = value
+
     def write(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
         """Queue ``rows``; ``new``: assumed absent, written by a plain ``INSERT``."""
         updates = self.updates.get(table)
@@ -220,9 +229,9 @@ class Batch:
             tuple(self.upserts),
             tuple(self.inserts),
             tuple(self.updates),
-            tuple(t for t, keys in self.deletes.items() if keys),
+            tuple(t for t, keys in self.deletes.items() if keys) if self.deletes else (),
             tuple(self.expects),
-            tuple((kind, table) for kind, table, _ in self.checks),
+            tuple((kind, table) for kind, table, _ in self.checks) if self.checks else (),
         )
 
     def params(self) -> list[Any]:

@@ -447,3 +447,53 @@ def test_a_compare_and_set_of_rows_in_several_tables_counts_each(
     finally:
         ours.close()
         other.close()
+
+
+@pytest.mark.parametrize("how", ["put", "put_many"])
+def test_a_key_written_unread_and_unknown_is_inserted_and_a_row_there_reruns(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A key the transaction writes without reading it, that neither it nor its process knows
+    of (a LangGraph step's new stream index, blob, read and write rows): a plain INSERT, no
+    upsert (issue #24: no speculative insertion and its confirmation record per row). A row
+    another writer put there fails it: nothing of the attempt commits and it runs again,
+    upserting, and the value written is this transaction's; a key known to hold a value is
+    upserted."""
+    ours = _open(pg_schemas, tmp_path)
+    other = _open(pg_schemas, tmp_path)
+    try:
+        ours.run_write(lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"x", b"1")))
+
+        def write(keys: list[bytes], value: bytes) -> Any:
+            def fn(txn: WriteTxn) -> None:
+                if how == "put":
+                    for k in keys:
+                        txn.put("b", k, value)
+                else:
+                    txn.put_many("b", [(k, value) for k in keys])
+
+            return fn
+
+        keys = [b"n1", b"n2"]
+        sent = _statements(ours, write(keys, b"ours"), monkeypatch)
+        assert ours.stale == 0
+        assert len(sent) == 5, sent  # BEGIN, the lock, one statement, COMMIT, the flush
+        assert "ON CONFLICT" not in sent[2], sent[2]
+        # known now to hold a value: upserted (a plain INSERT would fail on it)
+        sent = _statements(ours, write(keys, b"again"), monkeypatch)
+        assert ours.stale == 0
+        assert "ON CONFLICT" in sent[2], sent[2]
+        other.run_write(lambda t: t.put("b", b"n3", b"other's"))
+        ours.run_write(write([b"n3", b"n4"], b"ours over"))
+        assert ours.stale == 1
+        with ours.read() as r:
+            assert list(r.scan("b")) == [
+                (b"n1", b"again"),
+                (b"n2", b"again"),
+                (b"n3", b"ours over"),
+                (b"n4", b"ours over"),
+            ]
+            assert r.count("log") == 1
+    finally:
+        ours.close()
+        other.close()
