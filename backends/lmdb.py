@@ -59,7 +59,7 @@ from typing import Any, NoReturn
 
 import lmdb
 
-from backends import lmdb_meta, lmdb_wal
+from backends import lmdb_fold, lmdb_meta, lmdb_wal
 from backends.base import (
     Backend,
     Durability,
@@ -72,6 +72,7 @@ from backends.base import (
     prefix_end,
 )
 from backends.dirsync import make_dirs, sync_directory
+from backends.lmdb_fold import Folded
 from eventlog.errors import (
     CheckpointError,
     DamagedLog,
@@ -196,13 +197,16 @@ class _Env:
         self.lock_fd: int | None = None
         try:
             self.ident = _identity(path)
+            # The fold (backends/lmdb_fold.py): its sub-database's name and tables, when the
+            # log keeps its per-stream tables in one; its keys take a byte of LMDB's key limit.
+            self.fold = lmdb_fold.parse(_main_names(self.env, path))
             if not readonly:
                 self.lock_fd = _open_lock(path)
         except BaseException:
             self.env.close()
             raise
         _LOCKABLE.add(self)
-        self.max_key: int = self.env.max_key_size()
+        self.max_key: int = self.env.max_key_size() - (self.fold is not None)
         self.map_size: int = self.env.info()["map_size"]
         self.dbs: dict[str, Any] = {}
 
@@ -245,12 +249,9 @@ class _Env:
         """
         if marker is None:
             return
-        try:
-            with self.env.begin(write=False) as txn:
-                names = [bytes(k).decode("utf-8", "replace") for k, _ in txn.cursor()]
-        except lmdb.Error as e:
-            raise _translate(e, f"opening {self.path!r}") from e
-        if names and marker not in names and not set(names) <= set(ours):
+        names = _main_names(self.env, self.path)
+        ours = {*ours, *(() if self.fold is None else (self.fold[0],))}
+        if names and marker not in names and not set(names) <= ours:
             raise NotALog(
                 f"{self.path!r} is an LMDB environment without a {marker!r} table (it holds "
                 f"{', '.join(sorted(names)[:5])}): either not a ckptlog log (pass a new or "
@@ -265,7 +266,11 @@ class _Env:
         if self.readonly:
             for name in names:
                 try:
-                    self.dbs[name] = self.env.open_db(name.encode(), create=False)
+                    db = self.env.open_db(name.encode(), create=False)
+                    if self.fold is not None and name in self.fold[1]:  # (db: its marker)
+                        rows = self.env.open_db(self.fold[0].encode(), create=False)
+                        db = Folded(rows, name, self.fold[1].index(name), self.max_key)
+                    self.dbs[name] = db
                 except lmdb.NotFoundError:
                     self.dbs[name] = None  # absent in a read-only log: reads see it empty
                 except lmdb.Error as e:
@@ -275,7 +280,7 @@ class _Env:
         with self.write_lock:
             self.lock_writers()
             try:
-                opened = _create_tables(self.env, names, self.path)
+                opened = _create_tables(self.env, names, self.path, self.fold, self.max_key)
             finally:
                 self.unlock_writers()
         self.dbs.update(opened)
@@ -389,7 +394,7 @@ class _Env:
         self.drop_lock()  # already closed by _after_fork_in_child; a no-op then
         if not self.readonly:
             self.lock_fd = _open_lock(self.path)
-        self.max_key = self.env.max_key_size()
+        self.max_key = self.env.max_key_size() - (self.fold is not None)
         self.dbs = {}
         self.open_tables(tables)
 
@@ -749,14 +754,18 @@ def _recover(path: str, fd: int, lock_fd: int) -> None:
         raise _translate(e, f"recovering {path!r}", path) from e
     try:
         last = header.checkpoint
-        dbs: dict[str, Any] = {}
+        fold = lmdb_fold.parse(_main_names(env, path))
+        limit = env.max_key_size() - (fold is not None)
         for rec in records:
             while True:
                 try:
                     with env.begin(write=True) as txn:
                         if txn.id() != rec.txn_id:
                             break
-                        lmdb_wal.apply_ops(txn, dbs, env, rec.ops)
+                        # (the records name logical tables: put through the log's layout)
+                        tables = list(dict.fromkeys(op[0] for op in rec.ops))
+                        dbs = _create_tables_in(env, txn, tables, fold, limit)
+                        _apply_ops(_LmdbWrite(txn, dbs, limit), rec.ops)
                     break
                 except lmdb.MapFullError:
                     env.set_mapsize(env.info()["map_size"] * 2)
@@ -784,7 +793,9 @@ def _open_lock(path: str) -> int:
         raise StorageError(f"opening {path!r} for its writers' lock: {e}") from e
 
 
-def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
+def _create_data_file(
+    p: Path, tables: Iterable[str], map_size: int, folded: tuple[str, ...]
+) -> None:
     """Create a new log's data file whole, or leave the directory as it was.
 
     The environment is built under a temporary name in the directory, with every table, and
@@ -793,7 +804,8 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
     not replace: when several processes create one log at once, the first link wins and the
     others open it. Only the temporary file this call made is removed on failure, and the
     directory only when this call made it and it is empty again. A creator killed midway leaves
-    its temporary file, which later opens ignore.
+    its temporary file, which later opens ignore. ``folded``: the tables the new log keeps
+    in one sub-database (backends/lmdb_fold.py; empty: one sub-database per table).
     """
     made = False
     if p.is_dir():
@@ -828,7 +840,8 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
         except lmdb.Error as e:
             raise _translate(e, f"creating {str(p)!r}", str(p)) from e
         try:
-            _create_tables(env, list(dict.fromkeys(tables)), str(p))
+            fold = (lmdb_fold.db_name(folded), folded) if folded else None
+            _create_tables(env, list(dict.fromkeys(tables)), str(p), fold, 0)
         finally:
             env.close()
         try:
@@ -860,16 +873,54 @@ def _remove_quietly(path: Path) -> None:
         path.unlink()
 
 
-def _create_tables(env: Any, names: list[str], path: str) -> dict[str, Any]:
-    """Open (creating when absent) ``names`` in one write transaction."""
-    opened: dict[str, Any] = {}
+def _create_tables(
+    env: Any,
+    names: list[str],
+    path: str,
+    fold: tuple[str, tuple[str, ...]] | None,
+    limit: int,
+) -> dict[str, Any]:
+    """Open (creating when absent) ``names`` in one write transaction (see
+    :func:`_create_tables_in`)."""
     try:
         with env.begin(write=True) as txn:
-            for name in names:
-                opened[name] = env.open_db(name.encode(), txn=txn, create=True)
+            return _create_tables_in(env, txn, names, fold, limit)
     except lmdb.Error as e:
         raise _translate(e, f"opening tables {names} in {path!r}", path) from e
+
+
+def _create_tables_in(
+    env: Any, txn: Any, names: list[str], fold: tuple[str, tuple[str, ...]] | None, limit: int
+) -> dict[str, Any]:
+    """Open (creating when absent) ``names`` in the write transaction ``txn``; with a
+    ``fold``, its sub-database too, and its tables (each also created under its own name,
+    empty: see backends/lmdb_fold.py) as :class:`Folded` views of it, whose logical keys are
+    at most ``limit`` bytes."""
+    opened: dict[str, Any] = {}
+    rows = None if fold is None else env.open_db(fold[0].encode(), txn=txn, create=True)
+    for name in names:
+        opened[name] = env.open_db(name.encode(), txn=txn, create=True)
+        if fold is not None and name in fold[1]:
+            opened[name] = Folded(rows, name, fold[1].index(name), limit)
     return opened
+
+
+def _apply_ops(txn: WriteTxn, ops: list[tuple[str, bytes, bytes | None]]) -> None:
+    """Re-apply a segment record's operations (backends/lmdb_wal.py) through ``txn``."""
+    for table, key, value in ops:
+        if value is None:
+            txn.delete(table, key)
+        else:
+            txn.put(table, key, value)
+
+
+def _main_names(env: Any, path: str) -> list[str]:
+    """The names in the main database of ``env``: its sub-databases."""
+    try:
+        with env.begin(write=False) as txn:
+            return [bytes(k).decode("utf-8", "replace") for k, _ in txn.cursor()]
+    except lmdb.Error as e:
+        raise _translate(e, f"opening {path!r}") from e
 
 
 def _no_env_keys(path: str, subdir: bool) -> tuple[()]:
@@ -953,6 +1004,10 @@ class _LmdbRead(ReadTxn):
             db = self._db(table)  # raises
         if db is None or not key:  # LMDB rejects an empty key; none can be stored anyway
             return None
+        if db.__class__ is Folded:
+            if len(key) > db.limit:
+                return None  # (none can be stored)
+            key, db = db.key(key), db.db
         try:
             value: bytes | None = self._txn.get(key, None, db)  # (positional: no keyword parse)
         except lmdb.Error as e:
@@ -966,6 +1021,9 @@ class _LmdbRead(ReadTxn):
         if db is None:
             return [None] * len(keys)
         get = self._txn.get
+        if db.__class__ is Folded:
+            f, limit, db = db, db.limit, db.db
+            keys = [f.key(k) if 0 < len(k) <= limit else b"" for k in keys]
         try:
             return [get(k, None, db) if k else None for k in keys]
         except lmdb.Error as e:
@@ -997,6 +1055,15 @@ class _LmdbRead(ReadTxn):
     def _scan_raw(
         self, db: Any, start: bytes | None, stop: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
+        if db.__class__ is Folded:
+            pstart, pstop = (None, None) if stop == b"" else db.bounds(start, stop)
+            if not db.contiguous(pstart, pstop):
+                yield from lmdb_fold.scan(self._txn.cursor(db=db.db), db, start, stop, reverse)
+                return
+            f = db
+            for k, v in self._scan_raw(db.db, pstart, pstop, reverse):
+                yield f.logical(k), v
+            return
         cur = self._txn.cursor(db=db)
         if not reverse:
             positioned = cur.set_range(start) if start is not None else cur.first()
@@ -1024,6 +1091,14 @@ class _LmdbRead(ReadTxn):
         db = self._db(table)
         if db is None or limit <= 0:
             return []
+        if db.__class__ is Folded:
+            pstart, pstop = db.bounds(start, stop) if stop else (None, None)
+            if not db.contiguous(pstart, pstop):
+                return list(self.scan(table, start, stop, limit=limit))
+            return lmdb_fold.unfold(self._rows(db.db, pstart or b"", pstop or b"", limit))
+        return self._rows(db, start, stop, limit)
+
+    def _rows(self, db: Any, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         try:
             cur = self._txn.cursor(db=db)
             if not cur.set_range(start):
@@ -1041,6 +1116,25 @@ class _LmdbRead(ReadTxn):
         db = self._db(table)
         if db is None:
             return []
+        if db.__class__ is Folded:
+            stored = lmdb_fold.stored_prefix(db, prefix)
+            if stored is None:
+                return list(self.scan_prefix(table, prefix))
+            return lmdb_fold.unfold(self._prefix_rows(db.db, stored))
+        return self._prefix_rows(db, prefix)
+
+    def scan_prefix(
+        self, table: str, prefix: bytes, *, reverse: bool = False, limit: int | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        db = self._db(table)
+        stored = lmdb_fold.stored_prefix(db, prefix) if db.__class__ is Folded else None
+        if stored is None:  # (the scan of the prefix's range)
+            return super().scan_prefix(table, prefix, reverse=reverse, limit=limit)
+        it = self._scan(db.db, stored, prefix_end(stored), reverse)
+        f = db
+        return ((f.logical(k), v) for k, v in (islice(it, limit) if limit is not None else it))
+
+    def _prefix_rows(self, db: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:
         stop = prefix_end(prefix)
         rows: list[tuple[bytes, bytes]] = []
         try:
@@ -1066,6 +1160,10 @@ class _LmdbRead(ReadTxn):
         db = self._db(table)
         if db is None:
             return None
+        if db.__class__ is Folded:
+            for last, _ in self.scan(table, reverse=True, limit=1):
+                return last
+            return None
         try:
             cur = self._txn.cursor(db=db)
             if not cur.last():
@@ -1079,6 +1177,11 @@ class _LmdbRead(ReadTxn):
         db = self._db(table)
         if db is None:
             return 0
+        if db.__class__ is Folded:
+            try:
+                return lmdb_fold.count(self._txn.cursor(db=db.db), db)
+            except lmdb.Error as e:  # a damaged page: say so in our terms
+                raise _translate(e, "counting") from e
         n: int = self._txn.stat(db)["entries"]
         return n
 
@@ -1101,25 +1204,30 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
             )
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        if key.__class__ is not bytes:
+        # Keys measured here: a folded log's limit (one byte under LMDB's) holds for every
+        # table, and LMDB would only refuse its own. (dupdata, overwrite, append, db)
+        # positional: py-lmdb parses keywords ~0.6k instructions slower a call (the same holds
+        # for get's (default, db)).
+        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
             self._check_key(key)  # raises, unless a bytes subclass of a storable length
-        # (dupdata, overwrite, append, db) positional: py-lmdb parses keywords ~0.6k
-        # instructions slower a call (the same holds for get's (default, db)). An empty key, or
-        # one over max_key, LMDB refuses before writing anything (MDB_BAD_VALSIZE, and the
-        # transaction stays usable): named then, rather than measured at every put.
         try:
-            self._txn.put(key, value, True, True, False, self._dbs[table])
+            db = self._dbs[table]
         except KeyError:
             self._db(table)  # raises: the table was not declared
             raise
-        except lmdb.BadValsizeError:
-            self._check_key(key)  # raises, naming the key
-            raise
+        if db.__class__ is Folded:
+            key, db = db.key(key), db.db
+        self._txn.put(key, value, True, True, False, db)
 
     def delete(self, table: str, key: bytes) -> bool:
         if not key:  # LMDB rejects an empty key; none can be stored anyway
             return False
-        deleted: bool = self._txn.delete(key, db=self._db(table))
+        db = self._db(table)
+        if db.__class__ is Folded:
+            if len(key) > db.limit:
+                return False  # (none can be stored)
+            key, db = db.key(key), db.db
+        deleted: bool = self._txn.delete(key, db=db)
         return deleted
 
     def append(self, table: str, key: bytes, value: bytes) -> None:
@@ -1130,7 +1238,11 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
                 f"append to table {table!r} needs a key greater than the last one "
                 f"({last.hex()}), got {key.hex()}"
             )
-        self._txn.put(key, value, db=self._db(table), append=True)
+        db = self._db(table)
+        if db.__class__ is Folded:  # last of the table, not of the fold: a plain put
+            self._txn.put(db.key(key), value, True, True, False, db.db)
+            return
+        self._txn.put(key, value, db=db, append=True)
 
     def _check_keys(self, pairs: list[tuple[bytes, bytes]]) -> None:
         limit = self._max_key
@@ -1162,6 +1274,9 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         1 to ``max_key_bytes``), without checking them: a fan-out batch's rows (eventlog.
         materialized.write_instance_rows), ~0.4k instructions a row less."""
         db = self._db(table)
+        if db.__class__ is Folded:
+            f, db = db, db.db
+            pairs = [(f.key(k), v) for k, v in pairs]
         if len(pairs) <= _CURSOR_FROM:
             put = self._txn.put
             for key, value in pairs:
@@ -1179,6 +1294,9 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
                 self._check_key(key)  # raises
             dbs = self._dbs
             db = dbs[table] if table in dbs else self._db(table)
+            if db.__class__ is Folded:
+                self._append_folded(table, pairs)
+                return
             if not self._txn.put(key, value, True, True, True, db):  # (as _append_first)
                 self._append_first(table, db, pairs)  # refused again: raises, naming the keys
             return
@@ -1186,10 +1304,19 @@ class _LmdbWrite(_LmdbRead, WriteTxn):
         if len(pairs) > 1:
             check_ascending(table, None, pairs)  # among themselves; LMDB checks the first below
         db = self._db(table)
+        if db.__class__ is Folded:
+            self._append_folded(table, pairs)
+            return
         self._append_first(table, db, pairs)
         if len(pairs) > 1:
             with self._txn.cursor(db=db) as cur:
                 cur.putmulti(pairs[1:], dupdata=True, overwrite=True, append=True)
+
+    def _append_folded(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        """Append to a folded table (keys checked): above its last key, but not the fold's
+        last, so plain puts (MDB_APPEND would refuse most)."""
+        check_ascending(table, self.last_key(table), pairs)  # raises, naming the keys
+        _LmdbWrite.put_built(self, table, pairs)
 
     def _append_first(self, table: str, db: Any, pairs: list[tuple[bytes, bytes]]) -> None:
         """Append ``pairs[0]`` (keys checked). MDB_APPEND refuses (returns False, writes
@@ -1265,7 +1392,11 @@ class LmdbBackend(Backend):
         map_size_initial: int = MAP_SIZE_INITIAL,
         map_size_max: int = MAP_SIZE_MAX,
         marker_table: str | None = None,
+        folded_tables: Iterable[str] = lmdb_fold.FOLDED,
     ) -> None:
+        """``folded_tables``: the tables a new log keeps in one sub-database, in this order
+        (backends/lmdb_fold.py; ``()``: one each, the layout of logs made before the fold).
+        An existing log keeps the layout it was created with."""
         self.durability = check_durability(durability)
         self.readonly = readonly
         self._tables = tuple(tables)
@@ -1281,7 +1412,13 @@ class LmdbBackend(Backend):
                 "pass the directory (a new path creates a new log)"
             )
         if not readonly and not (p / DATA_FILE).exists():
-            _create_data_file(p, self._tables, max(map_size_initial, 1 << 20))
+            folded = tuple(dict.fromkeys(folded_tables))
+            if len(folded) > lmdb_fold.MAX_TABLES or any("," in t for t in folded):
+                raise CheckpointError(
+                    f"folded_tables: expected at most {lmdb_fold.MAX_TABLES} names without "
+                    f"commas, got {folded!r}; pass fewer tables (or () for none)"
+                )
+            _create_data_file(p, self._tables, max(map_size_initial, 1 << 20), folded)
         elif not readonly and self.durability == "fsync":
             sync_names(p)  # its creator may still be between its link and its fsync
         self._path = os.path.realpath(p)
@@ -1394,7 +1531,8 @@ class LmdbBackend(Backend):
         env = self._handle()
         try:
             with env.active(), env.env.begin(write=False) as txn:
-                stats = [env.env.stat()] + [txn.stat(db) for db in env.dbs.values() if db]
+                dbs = {id(d): d for d in (getattr(db, "db", db) for db in env.dbs.values()) if d}
+                stats = [env.env.stat()] + [txn.stat(db) for db in dbs.values()]
         except lmdb.Error as e:
             raise _translate(e, f"reading the page counts of {self._path!r}", self._path) from e
         pages = sum(int(s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]) for s in stats)
