@@ -1,4 +1,6 @@
-"""LMDB backend: the only module that imports ``lmdb``.
+"""LMDB backend: the environment, its locks and commits (with :mod:`backends.lmdb_txn`, its
+transactions, and :mod:`backends.lmdb_errors`, the only modules that import ``lmdb``; the
+salvage probe imports it in a forked child).
 
 Invariants:
 - One ``lmdb.Environment`` per path per process (LMDB forbids opening an environment twice in
@@ -12,6 +14,9 @@ Invariants:
   transaction ends.
 - ``append`` puts with ``append=True`` only after checking the key is greater than the last key,
   since an out-of-order append corrupts the B-tree.
+- A log's layout is read from its file at every open: a ``rows:`` sub-database means its
+  per-stream tables are folded into it (:mod:`backends.lmdb_fold`), none means one
+  sub-database per table; a new log folds (``folded_tables``), an existing one keeps its layout.
 - The map starts at ``map_size_initial`` and doubles on ``MapFullError`` up to
   ``map_size_max``; growing waits until no transaction of this process is active (an LMDB
   requirement of ``mdb_env_set_mapsize``). Past the bound the write raises ``StorageFull``.

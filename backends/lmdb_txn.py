@@ -50,9 +50,10 @@ class LmdbRead(ReadTxn):
         if db is None or not key:  # LMDB rejects an empty key; none can be stored anyway
             return None
         if db.__class__ is Folded:
-            if len(key) > db.limit:
+            pk = db.memo.get(key) or db.stored(key)
+            if pk is None:
                 return None  # (none can be stored)
-            key, db = db.key(key), db.db
+            key, db = pk, db.db
         try:
             value: bytes | None = self._txn.get(key, None, db)  # (positional: no keyword parse)
         except lmdb.Error as e:
@@ -67,8 +68,8 @@ class LmdbRead(ReadTxn):
             return [None] * len(keys)
         get = self._txn.get
         if db.__class__ is Folded:
-            f, limit, db = db, db.limit, db.db
-            keys = [f.key(k) if 0 < len(k) <= limit else b"" for k in keys]
+            memo_get, stored, db = db.memo.get, db.stored, db.db
+            keys = [memo_get(k) or stored(k) or b"" for k in keys]
         try:
             return [get(k, None, db) if k else None for k in keys]
         except lmdb.Error as e:
@@ -249,19 +250,25 @@ class LmdbWrite(LmdbRead, WriteTxn):
             )
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
-        # Keys measured here: a folded log's limit (one byte under LMDB's) holds for every
-        # table, and LMDB would only refuse its own. (dupdata, overwrite, append, db)
-        # positional: py-lmdb parses keywords ~0.6k instructions slower a call (the same holds
-        # for get's (default, db)).
-        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
-            self._check_key(key)  # raises, unless a bytes subclass of a storable length
+        # (dupdata, overwrite, append, db) positional: py-lmdb parses keywords ~0.6k
+        # instructions slower a call (the same holds for get's (default, db)).
         try:
             db = self._dbs[table]
         except KeyError:
             self._db(table)  # raises: the table was not declared
             raise
-        if db.__class__ is Folded:
-            key, db = db.key(key), db.db
+        if db.__class__ is Folded:  # (its stored key exists only for a storable key)
+            if key.__class__ is not bytes:
+                self._check_key(key)  # raises, unless a bytes subclass
+            pk = db.memo.get(key) or db.stored(key)
+            if pk is None:
+                self._check_key(key)  # raises
+            else:
+                self._txn.put(pk, value, True, True, False, db.db)
+            return
+        # Measured here: a folded log's limit (one byte under LMDB's) holds for every table.
+        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
+            self._check_key(key)  # raises, unless a bytes subclass of a storable length
         self._txn.put(key, value, True, True, False, db)
 
     def delete(self, table: str, key: bytes) -> bool:
@@ -269,9 +276,10 @@ class LmdbWrite(LmdbRead, WriteTxn):
             return False
         db = self._db(table)
         if db.__class__ is Folded:
-            if len(key) > db.limit:
+            pk = db.memo.get(key) or db.stored(key)
+            if pk is None:
                 return False  # (none can be stored)
-            key, db = db.key(key), db.db
+            key, db = pk, db.db
         deleted: bool = self._txn.delete(key, db=db)
         return deleted
 
