@@ -266,10 +266,16 @@ class LmdbWrite(LmdbRead, WriteTxn):
             else:
                 self._txn.put(pk, value, True, True, False, db.db)
             return
-        # Measured here: a folded log's limit (one byte under LMDB's) holds for every table.
-        if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
+        if key.__class__ is not bytes:
             self._check_key(key)  # raises, unless a bytes subclass of a storable length
-        self._txn.put(key, value, True, True, False, db)
+        # An empty key, or one over LMDB's limit, LMDB refuses before writing anything
+        # (MDB_BAD_VALSIZE, and the transaction stays usable): named then, rather than
+        # measured at every put.
+        try:
+            self._txn.put(key, value, True, True, False, db)
+        except lmdb.BadValsizeError:
+            self._check_key(key)  # raises, naming the key
+            raise
 
     def delete(self, table: str, key: bytes) -> bool:
         if not key:  # LMDB rejects an empty key; none can be stored anyway
