@@ -1,4 +1,6 @@
-"""LMDB backend: the only module that imports ``lmdb``.
+"""LMDB backend: the environment, its locks and commits (with :mod:`backends.lmdb_txn`, its
+transactions, and :mod:`backends.lmdb_errors`, the only modules that import ``lmdb``; the
+salvage probe imports it in a forked child).
 
 Invariants:
 - One ``lmdb.Environment`` per path per process (LMDB forbids opening an environment twice in
@@ -12,6 +14,9 @@ Invariants:
   transaction ends.
 - ``append`` puts with ``append=True`` only after checking the key is greater than the last key,
   since an out-of-order append corrupts the B-tree.
+- A log's layout is read from its file at every open: a ``rows:`` sub-database means its
+  per-stream tables are folded into it (:mod:`backends.lmdb_fold`), none means one
+  sub-database per table; a new log folds (``folded_tables``), an existing one keeps its layout.
 - The map starts at ``map_size_initial`` and doubles on ``MapFullError`` up to
   ``map_size_max``; growing waits until no transaction of this process is active (an LMDB
   requirement of ``mdb_env_set_mapsize``). Past the bound the write raises ``StorageFull``.
@@ -49,29 +54,26 @@ import os
 import secrets
 import threading
 import weakref
-from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from itertools import islice
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, NoReturn
 
 import lmdb
 
-from backends import lmdb_meta, lmdb_wal
+from backends import lmdb_fold, lmdb_meta, lmdb_wal
 from backends.base import (
     Backend,
     Durability,
-    ReadTxn,
     RetryableWrite,
     WriteTxn,
-    check_ascending,
     check_durability,
     current_pid,
-    prefix_end,
 )
 from backends.dirsync import make_dirs, sync_directory
+from backends.lmdb_errors import DISK_FULL, FREE_SPACE, translate
+from backends.lmdb_fold import Folded
+from backends.lmdb_txn import LmdbLoggedWrite, LmdbRead, LmdbWrite
 from eventlog.errors import (
     CheckpointError,
     DamagedLog,
@@ -81,7 +83,6 @@ from eventlog.errors import (
     ReadOnlyLog,
     StorageError,
     StorageFull,
-    UnsupportedFormat,
 )
 
 try:  # py-lmdb 3 refuses to open one environment twice in a process (see _lift_open_guard)
@@ -100,59 +101,6 @@ MAX_READERS = 1024
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"
 CREATING_PREFIX = ".ckptlog-creating."  # a data file being created, linked to DATA_FILE when whole
-
-
-def _translate(err: lmdb.Error, where: str, path: str | None = None) -> CheckpointError:
-    """Map an lmdb error to our hierarchy, keeping lmdb's own hint text. ``path``: the log's
-    directory, to tell a full disk from a failing one when LMDB reports an I/O error."""
-    if isinstance(err, lmdb.MapFullError):
-        return StorageFull(f"{where}: the LMDB map is full ({err}); raise map_size_max")
-    if isinstance(err, lmdb.DiskError):  # ENOSPC: keeps the errno for callers that test it
-        return StorageError(errno.ENOSPC, f"{where}: {_DISK_FULL} ({err}). {_FREE_SPACE}")
-    if path is not None and "Input/output error" in str(err):
-        # LMDB reports a short write (what a full disk gives) as EIO: tell which it was.
-        free = _free_bytes(path)
-        if free is not None and free < DISK_FULL_BELOW:
-            return StorageError(
-                errno.ENOSPC,
-                f"{where}: {_DISK_FULL}: {free:,} bytes free on the disk holding it (LMDB "
-                f"reported {err}). {_FREE_SPACE}",
-            )
-        return StorageError(
-            errno.EIO,
-            f"{where}: the disk reported an I/O error ({err}) with "
-            f"{'unknown' if free is None else f'{free:,} bytes'} free: nothing of this write "
-            "was committed. Check the device (dmesg, SMART) before writing again",
-        )
-    if isinstance(err, lmdb.VersionMismatchError):
-        return UnsupportedFormat(f"{where}: LMDB file version mismatch ({err})")
-    if isinstance(err, lmdb.CorruptedError):
-        return DamagedLog(
-            f"{where}: the log's LMDB pages are damaged ({err}); restore it from a backup. "
-            "`ckptlog verify PATH` reports what is still readable",
-            kind="pages",
-        )
-    if isinstance(err, lmdb.InvalidError):
-        return NotALog(f"{where}: not a readable LMDB environment ({err})")
-    if isinstance(err, lmdb.ReadonlyError):
-        return ReadOnlyLog(f"{where}: the log is open read-only ({err})")
-    return StorageError(f"{where}: LMDB error {type(err).__name__}: {err}")
-
-
-DISK_FULL_BELOW = 4 << 20  # free bytes under which an I/O error on write means a full disk
-_DISK_FULL = "the disk is full, so the write was not committed (nothing of it was saved)"
-_FREE_SPACE = (
-    "Free space on the disk holding the log (or move the log to a larger one), then retry: "
-    "the log is intact and usable, and buffered saves are kept for the next flush"
-)
-
-
-def _free_bytes(path: str) -> int | None:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 class _Env:
@@ -196,13 +144,16 @@ class _Env:
         self.lock_fd: int | None = None
         try:
             self.ident = _identity(path)
+            # The fold (backends/lmdb_fold.py): its sub-database's name and tables, when the
+            # log keeps its per-stream tables in one; its keys take a byte of LMDB's key limit.
+            self.fold = lmdb_fold.parse(_main_names(self.env, path))
             if not readonly:
                 self.lock_fd = _open_lock(path)
         except BaseException:
             self.env.close()
             raise
         _LOCKABLE.add(self)
-        self.max_key: int = self.env.max_key_size()
+        self.max_key: int = self.env.max_key_size() - (self.fold is not None)
         self.map_size: int = self.env.info()["map_size"]
         self.dbs: dict[str, Any] = {}
 
@@ -226,7 +177,7 @@ class _Env:
                     max_spare_txns=4,
                 )
         except lmdb.Error as e:
-            raise _translate(e, f"opening {self.path!r}") from e
+            raise translate(e, f"opening {self.path!r}") from e
 
     def _lock_needed(self) -> bool:
         """LMDB's reader table (``lock.mdb``), except for a read-only open that could not use it:
@@ -245,12 +196,9 @@ class _Env:
         """
         if marker is None:
             return
-        try:
-            with self.env.begin(write=False) as txn:
-                names = [bytes(k).decode("utf-8", "replace") for k, _ in txn.cursor()]
-        except lmdb.Error as e:
-            raise _translate(e, f"opening {self.path!r}") from e
-        if names and marker not in names and not set(names) <= set(ours):
+        names = _main_names(self.env, self.path)
+        ours = {*ours, *(() if self.fold is None else (self.fold[0],))}
+        if names and marker not in names and not set(names) <= ours:
             raise NotALog(
                 f"{self.path!r} is an LMDB environment without a {marker!r} table (it holds "
                 f"{', '.join(sorted(names)[:5])}): either not a ckptlog log (pass a new or "
@@ -265,17 +213,21 @@ class _Env:
         if self.readonly:
             for name in names:
                 try:
-                    self.dbs[name] = self.env.open_db(name.encode(), create=False)
+                    db = self.env.open_db(name.encode(), create=False)
+                    if self.fold is not None and name in self.fold[1]:  # (db: its marker)
+                        rows = self.env.open_db(self.fold[0].encode(), create=False)
+                        db = Folded(rows, name, self.fold[1].index(name), self.max_key)
+                    self.dbs[name] = db
                 except lmdb.NotFoundError:
                     self.dbs[name] = None  # absent in a read-only log: reads see it empty
                 except lmdb.Error as e:
-                    raise _translate(e, f"opening table {name!r} in {self.path!r}") from e
+                    raise translate(e, f"opening table {name!r} in {self.path!r}") from e
             return
         # Creating a table takes a write transaction: one for all, under the writers' lock.
         with self.write_lock:
             self.lock_writers()
             try:
-                opened = _create_tables(self.env, names, self.path)
+                opened = _create_tables(self.env, names, self.path, self.fold, self.max_key)
             finally:
                 self.unlock_writers()
         self.dbs.update(opened)
@@ -389,7 +341,7 @@ class _Env:
         self.drop_lock()  # already closed by _after_fork_in_child; a no-op then
         if not self.readonly:
             self.lock_fd = _open_lock(self.path)
-        self.max_key = self.env.max_key_size()
+        self.max_key = self.env.max_key_size() - (self.fold is not None)
         self.dbs = {}
         self.open_tables(tables)
 
@@ -400,7 +352,7 @@ class _Env:
         except lmdb.MapResizedError:
             return None
         except lmdb.Error as e:
-            raise _translate(e, f"{'writing' if write else 'reading'} {path!r}") from e
+            raise translate(e, f"{'writing' if write else 'reading'} {path!r}") from e
 
     def active(self) -> _Active:
         """Held around every transaction of this process, so a resize waits for none to run."""
@@ -498,11 +450,11 @@ class _WriteScope:
             env.adopt_resize()
             raise RetryableWrite(f"{self.path!r}: another process grew the map; retry")
         if env.seg_fd is not None and env.durability == "fsync":
-            logged = _LmdbLoggedWrite(self.txn, env.dbs, env.max_key)
+            logged = LmdbLoggedWrite(self.txn, env.dbs, env.max_key)
             self.ops = logged.ops
             return logged
         self.ops = None
-        return _LmdbWrite(self.txn, env.dbs, env.max_key)
+        return LmdbWrite(self.txn, env.dbs, env.max_key)
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         env, txn = self.env, self.txn
@@ -520,13 +472,13 @@ class _WriteScope:
                     full = e
                 except lmdb.Error as e:
                     txn.abort()
-                    raise _translate(e, f"writing {self.path!r}", self.path) from e
+                    raise translate(e, f"writing {self.path!r}", self.path) from e
             else:
                 txn.abort()
                 if isinstance(exc, lmdb.MapFullError):
                     full = exc
                 elif isinstance(exc, lmdb.Error):
-                    raise _translate(exc, f"writing {self.path!r}", self.path) from exc
+                    raise translate(exc, f"writing {self.path!r}", self.path) from exc
                 else:
                     return  # the exception propagates
         finally:
@@ -627,7 +579,7 @@ def _unwrite(fd: int, at: int) -> None:
 
 def _os_error(e: OSError, where: str, path: str) -> CheckpointError:
     if e.errno == errno.ENOSPC:
-        return StorageError(errno.ENOSPC, f"{where}: {_DISK_FULL} ({e}). {_FREE_SPACE}")
+        return StorageError(errno.ENOSPC, f"{where}: {DISK_FULL} ({e}). {FREE_SPACE}")
     return StorageError(
         e.errno or errno.EIO,
         f"{where}: the write-ahead segment could not be written ({e}): nothing of this write "
@@ -746,17 +698,21 @@ def _recover(path: str, fd: int, lock_fd: int) -> None:
         env = lmdb.open(path, subdir=True, sync=False, max_dbs=MAX_DBS, lock=True,
                         max_readers=MAX_READERS, map_size=MAP_SIZE_INITIAL)  # fmt: skip
     except lmdb.Error as e:
-        raise _translate(e, f"recovering {path!r}", path) from e
+        raise translate(e, f"recovering {path!r}", path) from e
     try:
         last = header.checkpoint
-        dbs: dict[str, Any] = {}
+        fold = lmdb_fold.parse(_main_names(env, path))
+        limit = env.max_key_size() - (fold is not None)
         for rec in records:
             while True:
                 try:
                     with env.begin(write=True) as txn:
                         if txn.id() != rec.txn_id:
                             break
-                        lmdb_wal.apply_ops(txn, dbs, env, rec.ops)
+                        # (the records name logical tables: put through the log's layout)
+                        tables = list(dict.fromkeys(op[0] for op in rec.ops))
+                        dbs = _create_tables_in(env, txn, tables, fold, limit)
+                        _apply_ops(LmdbWrite(txn, dbs, limit), rec.ops)
                     break
                 except lmdb.MapFullError:
                     env.set_mapsize(env.info()["map_size"] * 2)
@@ -766,7 +722,7 @@ def _recover(path: str, fd: int, lock_fd: int) -> None:
         env.sync(True)
         lmdb_wal.write_checkpoint(fd, lock_fd, header, last)
     except lmdb.Error as e:
-        raise _translate(e, f"recovering {path!r}", path) from e
+        raise translate(e, f"recovering {path!r}", path) from e
     finally:
         env.close()
 
@@ -784,7 +740,9 @@ def _open_lock(path: str) -> int:
         raise StorageError(f"opening {path!r} for its writers' lock: {e}") from e
 
 
-def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
+def _create_data_file(
+    p: Path, tables: Iterable[str], map_size: int, folded: tuple[str, ...]
+) -> None:
     """Create a new log's data file whole, or leave the directory as it was.
 
     The environment is built under a temporary name in the directory, with every table, and
@@ -793,7 +751,8 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
     not replace: when several processes create one log at once, the first link wins and the
     others open it. Only the temporary file this call made is removed on failure, and the
     directory only when this call made it and it is empty again. A creator killed midway leaves
-    its temporary file, which later opens ignore.
+    its temporary file, which later opens ignore. ``folded``: the tables the new log keeps
+    in one sub-database (backends/lmdb_fold.py; empty: one sub-database per table).
     """
     made = False
     if p.is_dir():
@@ -826,9 +785,10 @@ def _create_data_file(p: Path, tables: Iterable[str], map_size: int) -> None:
                 create=True,
             )
         except lmdb.Error as e:
-            raise _translate(e, f"creating {str(p)!r}", str(p)) from e
+            raise translate(e, f"creating {str(p)!r}", str(p)) from e
         try:
-            _create_tables(env, list(dict.fromkeys(tables)), str(p))
+            fold = (lmdb_fold.db_name(folded), folded) if folded else None
+            _create_tables(env, list(dict.fromkeys(tables)), str(p), fold, 0)
         finally:
             env.close()
         try:
@@ -860,16 +820,54 @@ def _remove_quietly(path: Path) -> None:
         path.unlink()
 
 
-def _create_tables(env: Any, names: list[str], path: str) -> dict[str, Any]:
-    """Open (creating when absent) ``names`` in one write transaction."""
-    opened: dict[str, Any] = {}
+def _create_tables(
+    env: Any,
+    names: list[str],
+    path: str,
+    fold: tuple[str, tuple[str, ...]] | None,
+    limit: int,
+) -> dict[str, Any]:
+    """Open (creating when absent) ``names`` in one write transaction (see
+    :func:`_create_tables_in`)."""
     try:
         with env.begin(write=True) as txn:
-            for name in names:
-                opened[name] = env.open_db(name.encode(), txn=txn, create=True)
+            return _create_tables_in(env, txn, names, fold, limit)
     except lmdb.Error as e:
-        raise _translate(e, f"opening tables {names} in {path!r}", path) from e
+        raise translate(e, f"opening tables {names} in {path!r}", path) from e
+
+
+def _create_tables_in(
+    env: Any, txn: Any, names: list[str], fold: tuple[str, tuple[str, ...]] | None, limit: int
+) -> dict[str, Any]:
+    """Open (creating when absent) ``names`` in the write transaction ``txn``; with a
+    ``fold``, its sub-database too, and its tables (each also created under its own name,
+    empty: see backends/lmdb_fold.py) as :class:`Folded` views of it, whose logical keys are
+    at most ``limit`` bytes."""
+    opened: dict[str, Any] = {}
+    rows = None if fold is None else env.open_db(fold[0].encode(), txn=txn, create=True)
+    for name in names:
+        opened[name] = env.open_db(name.encode(), txn=txn, create=True)
+        if fold is not None and name in fold[1]:
+            opened[name] = Folded(rows, name, fold[1].index(name), limit)
     return opened
+
+
+def _apply_ops(txn: WriteTxn, ops: list[tuple[str, bytes, bytes | None]]) -> None:
+    """Re-apply a segment record's operations (backends/lmdb_wal.py) through ``txn``."""
+    for table, key, value in ops:
+        if value is None:
+            txn.delete(table, key)
+        else:
+            txn.put(table, key, value)
+
+
+def _main_names(env: Any, path: str) -> list[str]:
+    """The names in the main database of ``env``: its sub-databases."""
+    try:
+        with env.begin(write=False) as txn:
+            return [bytes(k).decode("utf-8", "replace") for k, _ in txn.cursor()]
+    except lmdb.Error as e:
+        raise translate(e, f"opening {path!r}") from e
 
 
 def _no_env_keys(path: str, subdir: bool) -> tuple[()]:
@@ -908,7 +906,7 @@ class _ReadScope:
     def __init__(self, backend: LmdbBackend) -> None:
         self.backend = backend
 
-    def __enter__(self) -> _LmdbRead:
+    def __enter__(self) -> LmdbRead:
         backend = self.backend
         env = backend._handle()
         for _ in range(3):
@@ -920,7 +918,7 @@ class _ReadScope:
                 raise
             if txn is not None:
                 self.env, self.txn = env, txn
-                return _LmdbRead(txn, env.dbs)
+                return LmdbRead(txn, env.dbs)
             env.leave()
             env.adopt_resize()
         raise StorageError(f"{backend._path!r}: the map kept being resized by another process")
@@ -930,326 +928,6 @@ class _ReadScope:
             self.txn.__exit__(*exc)
         finally:
             self.env.leave()
-
-
-class _LmdbRead(ReadTxn):
-    def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
-        self._txn = txn
-        self._dbs = dbs
-
-    def _db(self, table: str) -> Any:
-        try:
-            return self._dbs[table]
-        except KeyError:
-            raise CheckpointError(
-                f"table {table!r} was not declared when this backend was opened; "
-                f"declared: {sorted(self._dbs)}"
-            ) from None
-
-    def get(self, table: str, key: bytes) -> bytes | None:
-        try:  # (self._db(table), inline for a declared table)
-            db = self._dbs[table]
-        except KeyError:
-            db = self._db(table)  # raises
-        if db is None or not key:  # LMDB rejects an empty key; none can be stored anyway
-            return None
-        try:
-            value: bytes | None = self._txn.get(key, None, db)  # (positional: no keyword parse)
-        except lmdb.Error as e:
-            raise _translate(e, "reading") from e
-        return value
-
-    def get_many(self, table: str, keys: list[bytes]) -> list[bytes | None]:
-        """:meth:`get` of each key in one comprehension (a LangGraph read's rows: no method
-        call of ours per key)."""
-        db = self._db(table)
-        if db is None:
-            return [None] * len(keys)
-        get = self._txn.get
-        try:
-            return [get(k, None, db) if k else None for k in keys]
-        except lmdb.Error as e:
-            raise _translate(e, "reading") from e
-
-    def scan(
-        self,
-        table: str,
-        start: bytes | None = None,
-        stop: bytes | None = None,
-        *,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> Iterator[tuple[bytes, bytes]]:
-        db = self._db(table)
-        if db is None:
-            return iter(())
-        it = self._scan(db, start, stop, reverse)
-        return islice(it, limit) if limit is not None else it
-
-    def _scan(
-        self, db: Any, start: bytes | None, stop: bytes | None, reverse: bool
-    ) -> Iterator[tuple[bytes, bytes]]:
-        try:
-            yield from self._scan_raw(db, start, stop, reverse)
-        except lmdb.Error as e:  # a damaged page: say so in our terms
-            raise _translate(e, "scanning") from e
-
-    def _scan_raw(
-        self, db: Any, start: bytes | None, stop: bytes | None, reverse: bool
-    ) -> Iterator[tuple[bytes, bytes]]:
-        cur = self._txn.cursor(db=db)
-        if not reverse:
-            positioned = cur.set_range(start) if start is not None else cur.first()
-            if not positioned:
-                return
-            for k, v in cur.iternext(keys=True, values=True):
-                if stop is not None and k >= stop:
-                    return
-                yield k, v
-        else:
-            if stop is not None:
-                positioned = cur.prev() if cur.set_range(stop) else cur.last()
-            else:
-                positioned = cur.last()
-            if not positioned:
-                return
-            for k, v in cur.iterprev(keys=True, values=True):
-                if start is not None and k < start:
-                    return
-                yield k, v
-
-    def rows(self, table: str, start: bytes, stop: bytes, limit: int) -> list[tuple[bytes, bytes]]:
-        # One islice over iternext, in C, cut at ``stop`` by a bisection (issue 22: the pages
-        # of a paged snapshot read thousands of rows per frame).
-        db = self._db(table)
-        if db is None or limit <= 0:
-            return []
-        try:
-            cur = self._txn.cursor(db=db)
-            if not cur.set_range(start):
-                return []
-            got = list(islice(cur.iternext(keys=True, values=True), limit))
-        except lmdb.Error as e:  # a damaged page: say so in our terms
-            raise _translate(e, "scanning") from e
-        if got and got[-1][0] >= stop:
-            got = got[: bisect_left(got, (stop,))]
-        return got
-
-    def prefix_rows(self, table: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        # Chunks of growing size read in C (islice over iternext), each cut at the end of the
-        # prefix by a bisection: about 0.1 us a row instead of a generator step per row.
-        db = self._db(table)
-        if db is None:
-            return []
-        stop = prefix_end(prefix)
-        rows: list[tuple[bytes, bytes]] = []
-        try:
-            cur = self._txn.cursor(db=db)
-            if not cur.set_range(prefix):
-                return rows
-            it = cur.iternext(keys=True, values=True)
-            chunk = 64
-            while True:
-                got = list(islice(it, chunk))
-                if stop is not None and got and got[-1][0] >= stop:
-                    got = got[: bisect_left(got, (stop,))]
-                    rows += got
-                    return rows
-                rows += got
-                if len(got) < chunk:
-                    return rows
-                chunk = min(chunk * 4, 1 << 16)
-        except lmdb.Error as e:  # a damaged page: say so in our terms
-            raise _translate(e, "scanning") from e
-
-    def last_key(self, table: str) -> bytes | None:
-        db = self._db(table)
-        if db is None:
-            return None
-        try:
-            cur = self._txn.cursor(db=db)
-            if not cur.last():
-                return None
-            key: bytes = cur.key()
-        except lmdb.Error as e:  # a damaged page: say so in our terms
-            raise _translate(e, "finding the last key") from e
-        return key
-
-    def count(self, table: str) -> int:
-        db = self._db(table)
-        if db is None:
-            return 0
-        n: int = self._txn.stat(db)["entries"]
-        return n
-
-
-class _LmdbWrite(_LmdbRead, WriteTxn):
-    def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        super().__init__(txn, dbs)
-        self._max_key = max_key
-
-    def serial(self) -> int:
-        tid: int = self._txn.id()
-        return tid
-
-    def _check_key(self, key: bytes) -> None:
-        if not isinstance(key, bytes) or not key:
-            raise CheckpointError(f"backend keys must be non-empty bytes, got {key!r}")
-        if len(key) > self._max_key:
-            raise CheckpointError(
-                f"key of {len(key)} bytes exceeds the LMDB limit of {self._max_key} bytes"
-            )
-
-    def put(self, table: str, key: bytes, value: bytes) -> None:
-        if key.__class__ is not bytes:
-            self._check_key(key)  # raises, unless a bytes subclass of a storable length
-        # (dupdata, overwrite, append, db) positional: py-lmdb parses keywords ~0.6k
-        # instructions slower a call (the same holds for get's (default, db)). An empty key, or
-        # one over max_key, LMDB refuses before writing anything (MDB_BAD_VALSIZE, and the
-        # transaction stays usable): named then, rather than measured at every put.
-        try:
-            self._txn.put(key, value, True, True, False, self._dbs[table])
-        except KeyError:
-            self._db(table)  # raises: the table was not declared
-            raise
-        except lmdb.BadValsizeError:
-            self._check_key(key)  # raises, naming the key
-            raise
-
-    def delete(self, table: str, key: bytes) -> bool:
-        if not key:  # LMDB rejects an empty key; none can be stored anyway
-            return False
-        deleted: bool = self._txn.delete(key, db=self._db(table))
-        return deleted
-
-    def append(self, table: str, key: bytes, value: bytes) -> None:
-        self._check_key(key)
-        last = self.last_key(table)
-        if last is not None and key <= last:
-            raise CheckpointError(
-                f"append to table {table!r} needs a key greater than the last one "
-                f"({last.hex()}), got {key.hex()}"
-            )
-        self._txn.put(key, value, db=self._db(table), append=True)
-
-    def _check_keys(self, pairs: list[tuple[bytes, bytes]]) -> None:
-        limit = self._max_key
-        if len(pairs) <= _CURSOR_FROM:  # a save's one or two rows: a plain loop costs less
-            for pair in pairs:
-                key = pair[0]
-                if key.__class__ is not bytes or not 0 < len(key) <= limit:
-                    self._check_key(key)  # raises with the message for the offending key
-            return
-        keys = list(map(_first, pairs))
-        if _BYTES.issuperset(map(type, keys)):  # the usual batch, proven at C speed
-            lens = set(map(len, keys))
-            if not lens or (min(lens) > 0 and max(lens) <= limit):
-                return
-        for key in keys:
-            if type(key) is not bytes or not 0 < len(key) <= limit:
-                self._check_key(key)  # raises with the message for the offending key
-
-    def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        if len(pairs) == 1:  # a save's index row: one put (no multi-row checks)
-            key, value = pairs[0]
-            _LmdbWrite.put(self, table, key, value)
-            return
-        self._check_keys(pairs)
-        _LmdbWrite.put_built(self, table, pairs)
-
-    def put_built(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        """:meth:`put_many` of rows whose keys the caller built (each an exact ``bytes`` of
-        1 to ``max_key_bytes``), without checking them: a fan-out batch's rows (eventlog.
-        materialized.write_instance_rows), ~0.4k instructions a row less."""
-        db = self._db(table)
-        if len(pairs) <= _CURSOR_FROM:
-            put = self._txn.put
-            for key, value in pairs:
-                put(key, value, True, True, False, db)  # (positional: see put)
-            return
-        with self._txn.cursor(db=db) as cur:
-            cur.putmulti(pairs, dupdata=True, overwrite=True, append=False)
-
-    def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        if not pairs:
-            return
-        if len(pairs) == 1:  # a commit's one frame: its key checked, and put, inline
-            key, value = pairs[0]
-            if key.__class__ is not bytes or not 0 < len(key) <= self._max_key:
-                self._check_key(key)  # raises
-            dbs = self._dbs
-            db = dbs[table] if table in dbs else self._db(table)
-            if not self._txn.put(key, value, True, True, True, db):  # (as _append_first)
-                self._append_first(table, db, pairs)  # refused again: raises, naming the keys
-            return
-        self._check_keys(pairs)
-        if len(pairs) > 1:
-            check_ascending(table, None, pairs)  # among themselves; LMDB checks the first below
-        db = self._db(table)
-        self._append_first(table, db, pairs)
-        if len(pairs) > 1:
-            with self._txn.cursor(db=db) as cur:
-                cur.putmulti(pairs[1:], dupdata=True, overwrite=True, append=True)
-
-    def _append_first(self, table: str, db: Any, pairs: list[tuple[bytes, bytes]]) -> None:
-        """Append ``pairs[0]`` (keys checked). MDB_APPEND refuses (returns False, writes
-        nothing) a key not above the table's last: so the first put proves the whole run lands
-        at the end, and the rest may follow."""
-        key, value = pairs[0]
-        if not self._txn.put(key, value, True, True, True, db):  # (append=True, positional)
-            check_ascending(table, self.last_key(table), pairs)  # raises, naming the keys
-            raise CheckpointError(f"LMDB refused to append key {key.hex()} to {table!r}")
-
-
-_CURSOR_FROM = 4  # put_many of more pairs than this goes through one cursor's putmulti
-_BYTES = frozenset((bytes,))
-_first = itemgetter(0)  # of a (key, value) pair, at C speed
-
-
-class _LmdbLoggedWrite(_LmdbWrite):
-    """A write transaction that also lists its puts and deletes, in order: the redo record
-    of a durable commit (backends/lmdb_wal.py). Values are copied by ``bytes`` already."""
-
-    def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        super().__init__(txn, dbs, max_key)
-        self.ops: list[tuple[str, bytes, bytes | None]] = []
-
-    def put(self, table: str, key: bytes, value: bytes) -> None:
-        _LmdbWrite.put(self, table, key, value)
-        self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
-
-    def delete(self, table: str, key: bytes) -> bool:
-        deleted = super().delete(table, key)
-        if deleted:
-            self.ops.append((table, key, None))
-        return deleted
-
-    def append(self, table: str, key: bytes, value: bytes) -> None:
-        super().append(table, key, value)
-        self.ops.append((table, key, bytes(value)))
-
-    # One row (a save's index row, its frame: every durable save) skips the multi-row path:
-    # 13.6k of a 200 B save's ~350k instructions (durable_ir, issue 28).
-    def put_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        if len(pairs) == 1:
-            key, value = pairs[0]
-            self.put(table, key, value)  # (which logs it)
-            return
-        super().put_many(table, pairs)
-        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
-
-    def put_built(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        super().put_built(table, pairs)
-        self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
-
-    def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
-        if len(pairs) != 1:
-            super().append_many(table, pairs)
-            self.ops += [(table, k, v if v.__class__ is bytes else bytes(v)) for k, v in pairs]
-            return
-        _LmdbWrite.append_many(self, table, pairs)  # (its one-row case)
-        key, value = pairs[0]
-        self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
 
 
 class LmdbBackend(Backend):
@@ -1265,7 +943,11 @@ class LmdbBackend(Backend):
         map_size_initial: int = MAP_SIZE_INITIAL,
         map_size_max: int = MAP_SIZE_MAX,
         marker_table: str | None = None,
+        folded_tables: Iterable[str] = lmdb_fold.FOLDED,
     ) -> None:
+        """``folded_tables``: the tables a new log keeps in one sub-database, in this order
+        (backends/lmdb_fold.py; ``()``: one each, the layout of logs made before the fold).
+        An existing log keeps the layout it was created with."""
         self.durability = check_durability(durability)
         self.readonly = readonly
         self._tables = tuple(tables)
@@ -1281,7 +963,13 @@ class LmdbBackend(Backend):
                 "pass the directory (a new path creates a new log)"
             )
         if not readonly and not (p / DATA_FILE).exists():
-            _create_data_file(p, self._tables, max(map_size_initial, 1 << 20))
+            folded = tuple(dict.fromkeys(folded_tables))
+            if len(folded) > lmdb_fold.MAX_TABLES or any("," in t for t in folded):
+                raise CheckpointError(
+                    f"folded_tables: expected at most {lmdb_fold.MAX_TABLES} names without "
+                    f"commas, got {folded!r}; pass fewer tables (or () for none)"
+                )
+            _create_data_file(p, self._tables, max(map_size_initial, 1 << 20), folded)
         elif not readonly and self.durability == "fsync":
             sync_names(p)  # its creator may still be between its link and its fsync
         self._path = os.path.realpath(p)
@@ -1360,7 +1048,7 @@ class LmdbBackend(Backend):
         try:
             env.env.sync(True)
         except lmdb.Error as e:
-            raise _translate(e, f"syncing {self._path!r}", self._path) from e
+            raise translate(e, f"syncing {self._path!r}", self._path) from e
 
     def close(self) -> None:
         env, self._env = self._env, None
@@ -1394,9 +1082,10 @@ class LmdbBackend(Backend):
         env = self._handle()
         try:
             with env.active(), env.env.begin(write=False) as txn:
-                stats = [env.env.stat()] + [txn.stat(db) for db in env.dbs.values() if db]
+                dbs = {id(d): d for d in (getattr(db, "db", db) for db in env.dbs.values()) if d}
+                stats = [env.env.stat()] + [txn.stat(db) for db in dbs.values()]
         except lmdb.Error as e:
-            raise _translate(e, f"reading the page counts of {self._path!r}", self._path) from e
+            raise translate(e, f"reading the page counts of {self._path!r}", self._path) from e
         pages = sum(int(s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]) for s in stats)
         return (pages + 2) * int(stats[0]["psize"])
 
@@ -1408,7 +1097,7 @@ class LmdbBackend(Backend):
                 with env.active(), env.env.begin(write=False) as txn:
                     held = {bytes(k).decode("utf-8", "replace") for k, _ in txn.cursor()}
             except lmdb.Error as e:
-                raise _translate(e, f"listing the tables of {self._path!r}") from e
+                raise translate(e, f"listing the tables of {self._path!r}") from e
             names = tuple(n for n in names if n in held)
         with _REGISTRY_LOCK:
             env.open_tables(names)

@@ -325,17 +325,3 @@ def start_writeback(data_fd: int | None, header: Header, txn_id: int) -> None:
         and (txn_id - header.checkpoint) % WRITEBACK_EVERY == 0
     ):
         _SYNC_FILE_RANGE(data_fd, 2 * header.page_bytes, 0, _SYNC_FILE_RANGE_WRITE)
-
-
-def apply_ops(
-    txn: Any, dbs: dict[str, Any], env: Any, ops: list[tuple[str, bytes, bytes | None]]
-) -> None:
-    """Re-apply one record's operations inside the write transaction ``txn``."""
-    for table, key, value in ops:
-        db = dbs.get(table)
-        if db is None:
-            db = dbs[table] = env.open_db(table.encode(), txn=txn, create=True)
-        if value is None:
-            txn.delete(key, db=db)
-        else:
-            txn.put(key, value, db=db)

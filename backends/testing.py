@@ -1012,3 +1012,15 @@ class FaultyBackend(Backend):
 
     def size_bytes(self) -> int:
         return self.inner.size_bytes()
+
+
+# -- layouts -------------------------------------------------------------------------------------
+
+
+def create_unfolded_lmdb(path: str | os.PathLike[str], tables: Iterable[str]) -> None:
+    """Create an empty LMDB store at ``path`` declaring ``tables``, in the layout of the logs
+    made before the fold (one sub-database per table, backends/lmdb_fold.py): an old log for
+    the tests that open one."""
+    from backends.lmdb import LmdbBackend  # noqa: PLC0415 - lmdb only where asked for
+
+    LmdbBackend(path, tables=tables, folded_tables=()).close()

@@ -95,14 +95,22 @@ def _data_digest(path: Path) -> tuple[list[str], str]:
 
 
 class TestLmdbBackend(BackendContract):
+    """The contract and LMDB's own behaviour on a log of the layout made before the fold:
+    one sub-database per table (and, in the subclass below, on tables kept in the fold)."""
+
+    folded: tuple[str, ...] = ()
+
+    def open(self, path: Path | str, **kw: Any) -> LmdbBackend:
+        return _open(path, folded_tables=self.folded, **kw)
+
     def make_backend(self, tmp_path: Path, **kw: Any) -> LmdbBackend:
-        return _open(tmp_path / "log", **kw)
+        return self.open(tmp_path / "log", **kw)
 
     # -- map growth ----------------------------------------------------------------------------
 
     def test_map_grows_on_demand(self, tmp_path: Path) -> None:
         path = tmp_path / "log"
-        backend = _open(path, durability="process", map_size_initial=MiB)
+        backend = self.open(path, durability="process", map_size_initial=MiB)
         assert backend.map_size == MiB
         calls = 0
         txns, per_txn, value_bytes = 10, 32, 64 * 1024  # 20 MiB in all
@@ -135,7 +143,7 @@ class TestLmdbBackend(BackendContract):
         finally:
             backend.close()
         # Reopened with the small initial size, the map covers the data and still grows.
-        backend = _open(path, durability="process", map_size_initial=MiB)
+        backend = self.open(path, durability="process", map_size_initial=MiB)
         try:
             before = backend.map_size
             assert before >= txns * per_txn * value_bytes
@@ -149,7 +157,7 @@ class TestLmdbBackend(BackendContract):
 
     def test_storage_full_past_map_size_max(self, tmp_path: Path) -> None:
         path = tmp_path / "log"
-        backend = _open(path, durability="process", map_size_initial=MiB, map_size_max=2 * MiB)
+        backend = self.open(path, durability="process", map_size_initial=MiB, map_size_max=2 * MiB)
         backend.run_write(_put("a", b"small", b"v"))
 
         def big(txn: WriteTxn) -> None:
@@ -174,7 +182,7 @@ class TestLmdbBackend(BackendContract):
                 assert list(r.scan_prefix("a", b"big")) == []
         finally:
             backend.close()
-        backend = _open(path, durability="process", map_size_initial=MiB, map_size_max=16 * MiB)
+        backend = self.open(path, durability="process", map_size_initial=MiB, map_size_max=16 * MiB)
         try:
             backend.run_write(big)  # a larger bound lets the same write through
             with backend.read() as r:
@@ -252,8 +260,8 @@ class TestLmdbBackend(BackendContract):
 
     def test_fork_keeps_every_table_of_a_shared_env(self, tmp_path: Path) -> None:
         path = tmp_path / "log"
-        only_a = _open(path, tables=("a",))
-        only_b = _open(path, tables=("b",))
+        only_a = self.open(path, tables=("a",))
+        only_b = self.open(path, tables=("b",))
         try:
 
             def child() -> None:
@@ -273,7 +281,7 @@ class TestLmdbBackend(BackendContract):
         """The writers' lock is an ``flock``, owned by the open file description a forked child
         shares: the child closes its copy at once, so the lock dies with the parent."""
         path = tmp_path / "log"
-        _open(path).close()
+        self.open(path).close()
         code = f"""
             import os, time
             from backends.lmdb import LmdbBackend
@@ -303,7 +311,7 @@ class TestLmdbBackend(BackendContract):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if still held
             finally:
                 os.close(fd)
-            backend = _open(path)
+            backend = self.open(path)
             try:
                 backend.run_write(_put("a", b"k2", b"after"))
                 with backend.read() as r:
@@ -318,7 +326,7 @@ class TestLmdbBackend(BackendContract):
 
     def test_process_durability_then_sync(self, tmp_path: Path) -> None:
         path = tmp_path / "log"
-        backend = _open(path, durability="process")
+        backend = self.open(path, durability="process")
         try:
             for i in range(20):
                 backend.run_write(_put("a", b"k%02d" % i, b"v%02d" % i))
@@ -327,7 +335,7 @@ class TestLmdbBackend(BackendContract):
             assert backend.durability == "process"
         finally:
             backend.close()
-        backend = _open(path)  # fsync now that no handle is open
+        backend = self.open(path)  # fsync now that no handle is open
         try:
             assert backend.durability == "fsync"
             with backend.read() as r:
@@ -350,7 +358,7 @@ class TestLmdbBackend(BackendContract):
         )
         proc = subprocess.run([sys.executable, "-c", script], timeout=60, check=False)
         assert proc.returncode == -signal.SIGKILL
-        backend = _open(path)
+        backend = self.open(path)
         try:
             with backend.read() as r:
                 assert r.count("a") == 50
@@ -363,9 +371,9 @@ class TestLmdbBackend(BackendContract):
         path = tmp_path / "file"
         path.write_bytes(b"not a log")
         with pytest.raises(NotALog, match=r"is a file, but a ckptlog log is a directory"):
-            _open(path)
+            self.open(path)
         with pytest.raises(NotALog, match=r"no ckptlog log at .*expected a directory"):
-            _open(path, readonly=True)
+            self.open(path, readonly=True)
         assert path.read_bytes() == b"not a log"
 
     def test_non_empty_directory_without_data_is_not_a_log(self, tmp_path: Path) -> None:
@@ -373,13 +381,13 @@ class TestLmdbBackend(BackendContract):
         path.mkdir()
         (path / "notes.txt").write_text("mine")
         with pytest.raises(NotALog, match=r"is a non-empty directory without data\.mdb"):
-            _open(path)
+            self.open(path)
         assert [p.name for p in path.iterdir()] == ["notes.txt"]
 
     def test_readonly_open_of_missing_path_is_not_a_log(self, tmp_path: Path) -> None:
         path = tmp_path / "missing"
         with pytest.raises(NotALog, match=r"no ckptlog log at .*open it writable to create"):
-            _open(path, readonly=True)
+            self.open(path, readonly=True)
         assert not path.exists()
 
     def test_garbage_data_file_is_not_a_log(self, tmp_path: Path) -> None:
@@ -388,7 +396,7 @@ class TestLmdbBackend(BackendContract):
         garbage = bytes(range(256)) * 64
         (path / "data.mdb").write_bytes(garbage)
         with pytest.raises(NotALog, match=r"not a readable LMDB environment"):
-            _open(path)
+            self.open(path)
         assert (path / "data.mdb").read_bytes() == garbage
 
     def test_foreign_lmdb_env_is_refused_and_left_alone(self, tmp_path: Path) -> None:
@@ -404,7 +412,7 @@ class TestLmdbBackend(BackendContract):
             NotALog,
             match=r"without a 'meta' table \(it holds other\): either not a ckptlog",
         ) as refused:
-            _open(path, tables=("meta", "a"), marker_table="meta")
+            self.open(path, tables=("meta", "a"), marker_table="meta")
         # Checked while the traceback still holds the refused handle: it was closed, not left
         # for the garbage collector (which could close it after this process reopened the path).
         assert _fds_open_under(path) == fds
@@ -419,10 +427,10 @@ class TestLmdbBackend(BackendContract):
 
     def test_marker_table_accepts_new_and_own_logs(self, tmp_path: Path) -> None:
         path = tmp_path / "log"
-        backend = _open(path, tables=("meta", "a"), marker_table="meta")
+        backend = self.open(path, tables=("meta", "a"), marker_table="meta")
         backend.run_write(_put("a", b"k", b"v"))
         backend.close()
-        backend = _open(path, tables=("meta", "a"), marker_table="meta")
+        backend = self.open(path, tables=("meta", "a"), marker_table="meta")
         try:
             with backend.read() as r:
                 assert r.get("a", b"k") == b"v"
@@ -433,8 +441,8 @@ class TestLmdbBackend(BackendContract):
 
     def test_two_backends_on_one_path_share_the_env(self, tmp_path: Path) -> None:
         path = tmp_path / "log"
-        first = _open(path, tables=("a",))
-        second = _open(str(path), tables=("b",))
+        first = self.open(path, tables=("a",))
+        second = self.open(str(path), tables=("b",))
         try:
             assert first._env is second._env
             assert first.location == second.location == os.path.realpath(path)
@@ -454,19 +462,19 @@ class TestLmdbBackend(BackendContract):
 
     def test_same_path_with_other_settings_is_refused(self, tmp_path: Path) -> None:
         path = tmp_path / "log"
-        backend = _open(path)
+        backend = self.open(path)
         try:
             with pytest.raises(
                 CheckpointError,
                 match=r"already open in this process with durability='fsync', readonly=False",
             ):
-                _open(path, durability="process")
+                self.open(path, durability="process")
             with pytest.raises(CheckpointError, match=r"already open in this process"):
-                _open(path, readonly=True)
+                self.open(path, readonly=True)
             backend.run_write(_put("a", b"k", b"v"))  # the refusal did not disturb it
         finally:
             backend.close()
-        backend = _open(path, durability="process")  # once closed, any setting is fine
+        backend = self.open(path, durability="process")  # once closed, any setting is fine
         try:
             with backend.read() as r:
                 assert r.get("a", b"k") == b"v"
@@ -484,10 +492,10 @@ class TestLmdbBackend(BackendContract):
 
     def test_readonly_sees_absent_table_as_empty(self, tmp_path: Path) -> None:
         path = tmp_path / "log"
-        backend = _open(path, tables=("a",))
+        backend = self.open(path, tables=("a",))
         backend.run_write(_put("a", b"k", b"v"))
         backend.close()
-        ro = _open(path, tables=("a", "b"), readonly=True)
+        ro = self.open(path, tables=("a", "b"), readonly=True)
         try:
             with ro.read() as r:
                 assert r.get("a", b"k") == b"v"
@@ -497,6 +505,13 @@ class TestLmdbBackend(BackendContract):
                 assert r.count("b") == 0
         finally:
             ro.close()
+
+
+class TestLmdbBackendFolded(TestLmdbBackend):
+    """The same tests with ``a`` and ``b`` kept in one sub-database (backends/lmdb_fold.py),
+    as a new log keeps its per-stream tables."""
+
+    folded = TABLES
 
 
 class _Key(bytes):

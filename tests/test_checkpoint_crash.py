@@ -38,7 +38,10 @@ from typing import IO
 
 import pytest
 
+from backends.testing import create_unfolded_lmdb
 from eventlog.checkpoints import CheckpointLog
+from eventlog.layout import CORE_TABLES
+from eventlog.materialized import TABLES as MATERIALIZED
 from eventlog.records import (
     NOT_STARTED,
     CheckpointRecord,
@@ -262,9 +265,11 @@ def check_log(
         assert report.ok, str(report)
 
 
-def crash_loop(tmp_path: Path, seed: int, kills: int) -> None:
+def crash_loop(tmp_path: Path, seed: int, kills: int, *, unfolded: bool = False) -> None:
     rng = random.Random(seed)
     path = tmp_path / "ckpt"
+    if unfolded:  # a log made before the fold (backends/lmdb_fold.py); new ones fold
+        create_unfolded_lmdb(path, (*CORE_TABLES, *MATERIALIZED))
     survivors: dict[int, tuple[int, CheckpointRecord | None]] = {}
     with open(tmp_path / "writer.stderr", "wb") as err:
         for run in range(kills):
@@ -287,6 +292,12 @@ def test_killed_checkpoint_writer_keeps_acknowledged_saves(
     tmp_path: Path, seed: int, long_run: bool
 ) -> None:
     crash_loop(tmp_path, seed, kills_per_seed(long_run))
+
+
+def test_killed_checkpoint_writer_on_a_log_made_before_the_fold(
+    tmp_path: Path, long_run: bool
+) -> None:
+    crash_loop(tmp_path, 9, kills_per_seed(long_run), unfolded=True)
 
 
 if __name__ == "__main__":

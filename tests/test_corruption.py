@@ -25,6 +25,8 @@ from typing import Any
 import lmdb
 import pytest
 
+from backends import lmdb_fold
+from backends.lmdb_fold import Folded
 from eventlog.codec import HEADER_BYTES
 from eventlog.errors import CorruptFrame
 from eventlog.frames import Event
@@ -76,6 +78,13 @@ class Raw:
             name: env.open_db(name.encode(), txn=txn, create=False)
             for name in ("log", "streams", "stream_ids", "stream_names", "meta")
         }
+        # A log keeping its stream index in the fold (backends/lmdb_fold.py): its rows there.
+        self.stored = bytes  # (the stored key of an index key: itself, unfolded)
+        fold = lmdb_fold.parse([bytes(k).decode() for k, _ in txn.cursor()])
+        if fold is not None:
+            rows = env.open_db(fold[0].encode(), txn=txn, create=False)
+            index = Folded(rows, "streams", fold[1].index("streams"), env.max_key_size() - 1)
+            self.db["streams"], self.stored = rows, index.key
 
     def stream_id(self, stream: str) -> int:
         raw = self.txn.get(stream.encode(), db=self.db["stream_ids"])
@@ -86,7 +95,7 @@ class Raw:
         return U64X2.pack(self.stream_id(stream), seq)
 
     def gkey(self, stream: str, seq: int) -> bytes:
-        gkey = self.txn.get(self.index_key(stream, seq), db=self.db["streams"])
+        gkey = self.txn.get(self.stored(self.index_key(stream, seq)), db=self.db["streams"])
         assert gkey is not None, (stream, seq)
         return bytes(gkey)
 
@@ -102,7 +111,8 @@ class Raw:
         assert self.txn.delete(self.gkey(stream, seq), db=self.db["log"])
 
     def delete_index(self, stream: str, seq: int) -> None:
-        assert self.txn.delete(self.index_key(stream, seq), db=self.db["streams"])
+        key = self.stored(self.index_key(stream, seq))
+        assert self.txn.delete(key, db=self.db["streams"])
 
 
 def damage(path: Path, change: Callable[[Raw], None]) -> None:

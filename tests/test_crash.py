@@ -32,7 +32,9 @@ from typing import IO
 
 import pytest
 
+from backends.testing import create_unfolded_lmdb
 from eventlog.frames import Event
+from eventlog.layout import CORE_TABLES
 from eventlog.log import EventLog
 
 pytestmark = pytest.mark.slow
@@ -147,10 +149,18 @@ def check_log(path: Path, durability: str, acked: list[Ack], where: str) -> int:
 
 
 def crash_loop(
-    tmp_path: Path, seed: int, kills: int, *, durability: str = "fsync", writers: int = 1
+    tmp_path: Path,
+    seed: int,
+    kills: int,
+    *,
+    durability: str = "fsync",
+    writers: int = 1,
+    unfolded: bool = False,
 ) -> None:
     rng = random.Random(seed)
     path = tmp_path / "log"
+    if unfolded:  # a log made before the fold (backends/lmdb_fold.py); new ones fold
+        create_unfolded_lmdb(path, CORE_TABLES)
     acked: list[Ack] = []
     frames = 0
     for run in range(kills):
@@ -207,6 +217,12 @@ def test_killed_writer_process_durability(tmp_path: Path, seed: int, long_run: b
 def test_two_killed_writers_on_one_log(tmp_path: Path, seed: int, long_run: bool):
     """Two processes append to one log (the writer reads tails inside its transaction)."""
     crash_loop(tmp_path, seed, kills_per_seed(long_run), writers=2)
+
+
+@pytest.mark.parametrize("seed", range(300, 302), ids=lambda s: f"seed={s}")
+def test_killed_writer_on_a_log_made_before_the_fold(tmp_path: Path, seed: int, long_run: bool):
+    """Recovery re-applies the segment's records to a log with one sub-database per table."""
+    crash_loop(tmp_path, seed, kills_per_seed(long_run), unfolded=True)
 
 
 def test_writer_is_not_collected_as_a_test() -> None:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends import lmdb as lmdb_backend
+from backends import lmdb_txn
 from eventlog.checkpoints import CheckpointLog
 from eventlog.codec import enc_hook
 from eventlog.errors import InstancesUnavailable, SeqOutOfRange
@@ -163,7 +163,7 @@ class _Counted:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows = 0
-        cls = lmdb_backend._LmdbRead
+        cls = lmdb_txn.LmdbRead
         for name in ("rows", "prefix_rows"):
             self._wrap_list(monkeypatch, cls, name)
         orig_scan = cls.scan

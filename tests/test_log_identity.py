@@ -21,6 +21,7 @@ import lmdb
 import pytest
 
 from backends import lmdb as lmdb_backend
+from backends import lmdb_txn
 from eventlog.checkpoints import CheckpointLog
 from eventlog.errors import CheckpointError, LogReplaced, StorageError
 from eventlog.frames import Event
@@ -125,7 +126,7 @@ def test_creation_failing_midway_leaves_a_creatable_path(
         else:
             # Both write transactions' puts (a durable log's is the logged one, which does
             # not go through the plain one's).
-            for cls in (lmdb_backend._LmdbWrite, lmdb_backend._LmdbLoggedWrite):
+            for cls in (lmdb_txn.LmdbWrite, lmdb_txn.LmdbLoggedWrite):
                 m.setattr(cls, "put", _failing_meta_put(cls.put))
         with pytest.raises(OSError):
             EventLog.open(path)
@@ -169,7 +170,7 @@ def test_a_log_created_by_another_process_meanwhile_is_used(tmp_path: Path) -> N
         first.append("s", Event(name="a"))
     before = (path / "data.mdb").read_bytes()
     # what the late opener runs after its own look found no data.mdb
-    lmdb_backend._create_data_file(path, ("log",), 1 << 20)
+    lmdb_backend._create_data_file(path, ("log",), 1 << 20, ())
     assert (path / "data.mdb").read_bytes() == before
     assert sorted(c.name for c in path.iterdir()) == ["data.mdb", "lock.mdb"]
     with EventLog.open(path, durability="process") as second:

@@ -21,7 +21,7 @@ import lmdb
 import msgspec
 import pytest
 
-from backends import lmdb as lmdb_backend
+from backends import lmdb_errors
 from backends.lmdb_meta import read_state
 from eventlog import (
     CheckpointFilter,
@@ -273,18 +273,18 @@ def test_io_error_on_a_full_disk_says_the_disk_is_full(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     err = lmdb.Error("mdb_txn_commit: Input/output error")
-    monkeypatch.setattr(lmdb_backend, "_free_bytes", lambda path: 8192)
-    full = lmdb_backend._translate(err, "writing 'x'", str(tmp_path))
+    monkeypatch.setattr(lmdb_errors, "free_bytes", lambda path: 8192)
+    full = lmdb_errors.translate(err, "writing 'x'", str(tmp_path))
     assert isinstance(full, StorageError)
     assert full.errno == ENOSPC
     assert "the disk is full" in str(full)
     assert "Free space on the disk" in str(full)
-    monkeypatch.setattr(lmdb_backend, "_free_bytes", lambda path: 50 << 30)
-    failing = lmdb_backend._translate(err, "writing 'x'", str(tmp_path))
+    monkeypatch.setattr(lmdb_errors, "free_bytes", lambda path: 50 << 30)
+    failing = lmdb_errors.translate(err, "writing 'x'", str(tmp_path))
     assert "I/O error" in str(failing)
     assert "Check the device" in str(failing)
     assert "disk is full" not in str(failing)
-    enospc = lmdb_backend._translate(lmdb.DiskError("No space left on device"), "w", None)
+    enospc = lmdb_errors.translate(lmdb.DiskError("No space left on device"), "w", None)
     assert enospc.errno == ENOSPC
     assert "Free space on the disk" in str(enospc)
 

@@ -505,9 +505,9 @@ def test_lmdb_disk_full_is_a_storage_error_carrying_enospc() -> None:
     # errno ENOSPC, so a failed flush says "the disk is full".
     import lmdb  # noqa: PLC0415
 
-    from backends.lmdb import _translate  # noqa: PLC0415
+    from backends.lmdb_errors import translate  # noqa: PLC0415
 
-    err = _translate(lmdb.DiskError("mdb_txn_commit: No space left on device"), "writing 'p'")
+    err = translate(lmdb.DiskError("mdb_txn_commit: No space left on device"), "writing 'p'")
     assert isinstance(err, StorageError)
     assert err.errno == ENOSPC
     assert "the disk is full" in str(err)
