@@ -202,6 +202,14 @@ class Backend(abc.ABC):
     def max_key_bytes(self) -> int:
         """The longest key the backend accepts."""
 
+    @property
+    def layout_version(self) -> int:
+        """The storage layout this backend keeps the tables in: 1, or more when a ckptlog that
+        reads only format 1 would misread it (an LMDB log with folded tables: 2). A new log's
+        ``meta`` format record states it, so such a ckptlog refuses the log at open instead of
+        writing beside rows it cannot see."""
+        return 1
+
     @abc.abstractmethod
     def read(self) -> AbstractContextManager[ReadTxn]:
         """A read transaction."""

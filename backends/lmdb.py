@@ -1022,6 +1022,12 @@ class LmdbBackend(Backend):
     def max_key_bytes(self) -> int:
         return self._handle().max_key
 
+    @property
+    def layout_version(self) -> int:
+        """2 for a log whose per-stream tables are folded (backends/lmdb_fold.py): a ckptlog
+        from before the fold would see them empty."""
+        return 1 if self._handle().fold is None else 2
+
     def _handle(self) -> _Env:
         env = self._env
         if env is None:

@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -46,6 +47,22 @@ def _flush(backend: Backend, table: str, rows: list[tuple[bytes, bytes]]) -> Non
     backend.run_write(fn)
 
 
+def format_for(dst: Backend, raw: bytes) -> bytes:
+    """The ``meta`` format record ``raw`` as ``dst`` must hold it: its ``format_version`` raised
+    to ``dst``'s storage layout (eventlog.layout.META_FORMAT_MAX), so that a ckptlog that
+    cannot read that layout refuses the copy; a record that is not JSON is copied as it is
+    (opening the copy says what is wrong with it)."""
+    try:
+        settings = json.loads(raw)
+        version = int(settings["format_version"])
+    except (ValueError, KeyError, TypeError):
+        return raw
+    if version >= dst.layout_version:
+        return raw
+    settings["format_version"] = dst.layout_version
+    return json.dumps(settings, sort_keys=True).encode()
+
+
 def copy_log(
     source: str | os.PathLike[str],
     dest: str | os.PathLike[str],
@@ -76,7 +93,8 @@ def copy_log(
                 done = 0
                 for table in order:
                     chunk: list[tuple[bytes, bytes]] = []
-                    for key, value in r.scan(table):
+                    for key, raw in r.scan(table):
+                        value = format_for(dst, raw) if table == META and key == b"format" else raw
                         chunk.append((key, value))
                         copied += len(key) + len(value)
                         if len(chunk) >= chunk_rows:

@@ -28,6 +28,10 @@ STREAM_IDS: Final = "stream_ids"
 STREAM_NAMES: Final = "stream_names"
 META: Final = "meta"
 CORE_TABLES: Final = (LOG, STREAMS, STREAM_IDS, STREAM_NAMES, META)
+# The ``meta`` format record's ``format_version``: the frame format (eventlog.codec's
+# FORMAT_VERSION, 1) or the backend's storage layout (Backend.layout_version: 2 for an LMDB
+# log with folded tables), whichever is higher; a log above META_FORMAT_MAX is refused at open.
+META_FORMAT_MAX: Final = 2
 
 U64: Final = struct.Struct(">Q")
 U64X2: Final = struct.Struct(">QQ")

@@ -75,7 +75,17 @@ from eventlog.errors import (
 )
 from eventlog.errors import SequenceConflict as SequenceConflict  # noqa: PLC0414
 from eventlog.frames import Event, Frame
-from eventlog.layout import CORE_TABLES, LOG, META, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
+from eventlog.layout import (
+    CORE_TABLES,
+    LOG,
+    META,
+    META_FORMAT_MAX,
+    STREAM_IDS,
+    STREAM_NAMES,
+    STREAMS,
+    U64,
+    U64X2,
+)
 from eventlog.log_open import open_backend as open_backend  # noqa: PLC0414 - re-exported
 from eventlog.log_open import stream_key_bytes as stream_key_bytes  # noqa: PLC0414
 from eventlog.reports import Problem as Problem  # noqa: PLC0414 - re-exported
@@ -212,7 +222,7 @@ class EventLog(GroupCommit):
                     "written by ckptlog (or its meta table was removed)"
                 )
             settings: dict[str, Any] = {
-                "format_version": FORMAT_VERSION,
+                "format_version": max(FORMAT_VERSION, self.backend.layout_version),
                 "checksum": "blake2b-128" + ("-keyed" if self._chain_key else ""),
                 "compression": "zstd",
                 "compress_threshold_bytes": compress_threshold_bytes or COMPRESS_THRESHOLD_BYTES,
@@ -235,10 +245,10 @@ class EventLog(GroupCommit):
             version = int(stored["format_version"])
         except (ValueError, KeyError, TypeError) as e:
             raise NotALog(f"{self.backend.location!r}: unreadable format record {raw!r}") from e
-        if version > FORMAT_VERSION:
+        if version > META_FORMAT_MAX:
             raise UnsupportedFormat(
                 f"{self.backend.location!r} was written in log format {version}, newer than "
-                f"the {FORMAT_VERSION} this ckptlog reads; upgrade ckptlog to open it"
+                f"the {META_FORMAT_MAX} this ckptlog reads; upgrade ckptlog to open it"
             )
         if stored.get("checksum", "").endswith("-keyed") != bool(self._chain_key):
             raise CheckpointError(

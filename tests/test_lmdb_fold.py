@@ -4,6 +4,7 @@ compaction and the command line."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,11 @@ import lmdb
 from backends import lmdb_fold
 from backends.lmdb import LmdbBackend
 from backends.lmdb_fold import Folded
+from backends.memory import MemoryBackend
 from backends.testing import create_unfolded_lmdb
 from eventlog import forensics
 from eventlog.checkpoints import CheckpointLog
+from eventlog.copylog import copy_log
 from eventlog.layout import CORE_TABLES
 from eventlog.materialized import TABLES as MATERIALIZED
 from eventlog.records import CheckpointRecord, NodePosition
@@ -147,3 +150,63 @@ def test_a_full_scan_of_heads_jumps_over_the_other_tables_rows(tmp_path: Path) -
             assert cur.seen <= 3 * streams + 2, (reverse, cur.seen)
     finally:
         env.close()
+
+
+def _format(path: Path) -> dict[str, Any]:
+    env = lmdb.open(str(path), readonly=True, max_dbs=64, lock=False)
+    try:
+        meta = env.open_db(b"meta", create=False)
+        with env.begin() as txn:
+            raw = txn.get(b"format", db=meta)
+        assert raw is not None
+        record: dict[str, Any] = json.loads(raw)
+        return record
+    finally:
+        env.close()
+
+
+def test_a_folded_log_states_format_2_so_a_ckptlog_from_before_the_fold_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """A ckptlog from before the fold would see a folded log's heads, bodies, positions and
+    stream index empty (their own names are empty sub-databases) and write beside rows it
+    cannot see: the format record says 2, which such a ckptlog refuses at open ("upgrade
+    ckptlog"). A log made before the fold, and logs on other backends, stay at 1."""
+    new, old = tmp_path / "new", tmp_path / "old"
+    with CheckpointLog.open(new, durability="process") as cl:
+        cl.save("inv", _rec("inv", 0))
+        assert cl.log.backend.layout_version == 2
+    create_unfolded_lmdb(old, (*CORE_TABLES, *MATERIALIZED))
+    with CheckpointLog.open(old, durability="process") as cl:
+        cl.save("inv", _rec("inv", 0))
+        assert cl.log.backend.layout_version == 1
+    assert _format(new)["format_version"] == 2
+    assert _format(old)["format_version"] == 1
+    with CheckpointLog.on_backend(MemoryBackend()) as cl:
+        cl.save("inv", _rec("inv", 0))
+        assert cl.log.backend.layout_version == 1
+    for path in (new, old):  # both open and read here
+        with CheckpointLog.open(path, readonly=True) as cl:
+            got = cl.load("inv")
+            assert got is not None
+            assert got.state["i"] == 0
+
+
+def test_a_copy_into_a_folded_log_states_the_fold(tmp_path: Path) -> None:
+    old, copy = tmp_path / "old", tmp_path / "copy"
+    create_unfolded_lmdb(old, (*CORE_TABLES, *MATERIALIZED))
+    with CheckpointLog.open(old, durability="process") as cl:
+        for i in range(3):
+            cl.save("inv", _rec("inv", i))
+    copy_log(old, copy)
+    assert _format(old)["format_version"] == 1
+    stated = _format(copy)
+    assert stated["format_version"] == 2
+    assert {k: v for k, v in stated.items() if k != "format_version"} == {
+        k: v for k, v in _format(old).items() if k != "format_version"
+    }
+    with CheckpointLog.open(copy, readonly=True) as cl:
+        assert cl.verify().ok
+        got = cl.load("inv")
+        assert got is not None
+        assert got.state["i"] == 2

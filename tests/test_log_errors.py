@@ -322,7 +322,7 @@ def test_open_newer_format(open_log: OpenLog, log_path: Path, closed_log: Snapsh
     for readonly in (False, True):
         with pytest.raises(
             UnsupportedFormat,
-            match=r"^'.*' was written in log format 99, newer than the 1 this ckptlog reads; "
+            match=r"^'.*' was written in log format 99, newer than the 2 this ckptlog reads; "
             r"upgrade ckptlog to open it$",
         ):
             EventLog.open(log_path, readonly=readonly)
