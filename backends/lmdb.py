@@ -553,7 +553,12 @@ def _commit_with_segment(
                     env.seg_tail, env.seg_last = at + len(rec), tid
                     lmdb_wal.start_writeback(env.lock_fd, header, tid)
                     return
-            elif ops is None and env.seg_last == header.checkpoint:
+            elif (
+                ops is None
+                and env.seg_last == header.checkpoint
+                and tid - header.checkpoint <= lmdb_wal.PROCESS_COMMITS_MAX
+                and env.data_bytes - env.seg_base_bytes < lmdb_wal.PROCESS_GROWTH_MAX_BYTES
+            ):
                 txn.commit()  # "process": nothing to re-apply depends on this commit
                 return
         # A checkpoint: this commit synced by LMDB, then recorded as the segment's base.

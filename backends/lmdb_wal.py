@@ -62,6 +62,16 @@ SEGMENT_BYTES = 512 << 10  # preallocated (zero-filled, synced) at creation; rec
 # a 4 KiB save 1.10-1.12x a SQLite WAL FULL commit, 64 / 2 MiB 1.02x (interleaved, load 5).
 RECORDS_MAX = 64
 GROWTH_MAX_BYTES = 2 << 20
+# A "process" commit (no record) is made without sync under the same pin, so every page it
+# writes is new too: after PROCESS_COMMITS_MAX such commits since the checkpoint, or that much
+# growth of the data file, it is a checkpoint itself (one LMDB sync), after which LMDB reuses
+# the pages freed before it. Without the bound a log that has a segment (made or once opened at
+# "fsync", the default) and is then written at "process" grew by every page of every commit:
+# 1 GB after 30,000 saves of a 200 B state, each slower than the last. A bound on growth alone
+# is not one: the commits after a checkpoint reuse the pages the one before freed, without
+# growing the file, so the next checkpoint waited for a second period's pages.
+PROCESS_COMMITS_MAX = 256
+PROCESS_GROWTH_MAX_BYTES = 16 << 20
 # Every WRITEBACK_EVERY records, the data file's dirty pages (past its two meta pages) start
 # going to the device in the background (sync_file_range, no wait and no cache flush: not a
 # durability step), so that a checkpoint's sync finds few left. The pin keeps every page a
