@@ -41,6 +41,7 @@ from typing import Any, Final, Generic, TypeVar
 import msgspec
 
 from backends.base import Backend, Durability, ReadTxn, WriteTxn, current_pid
+from eventlog import layout
 from eventlog.codec import (
     COMPRESS_THRESHOLD_BYTES,
     FORMAT_VERSION,
@@ -75,17 +76,7 @@ from eventlog.errors import (
 )
 from eventlog.errors import SequenceConflict as SequenceConflict  # noqa: PLC0414
 from eventlog.frames import Event, Frame
-from eventlog.layout import (
-    CORE_TABLES,
-    LOG,
-    META,
-    META_FORMAT_MAX,
-    STREAM_IDS,
-    STREAM_NAMES,
-    STREAMS,
-    U64,
-    U64X2,
-)
+from eventlog.layout import CORE_TABLES, LOG, META, STREAM_IDS, STREAM_NAMES, STREAMS, U64, U64X2
 from eventlog.log_open import open_backend as open_backend  # noqa: PLC0414 - re-exported
 from eventlog.log_open import stream_key_bytes as stream_key_bytes  # noqa: PLC0414
 from eventlog.reports import Problem as Problem  # noqa: PLC0414 - re-exported
@@ -245,10 +236,10 @@ class EventLog(GroupCommit):
             version = int(stored["format_version"])
         except (ValueError, KeyError, TypeError) as e:
             raise NotALog(f"{self.backend.location!r}: unreadable format record {raw!r}") from e
-        if version > META_FORMAT_MAX:
+        if version > layout.META_FORMAT_MAX:
             raise UnsupportedFormat(
                 f"{self.backend.location!r} was written in log format {version}, newer than "
-                f"the {META_FORMAT_MAX} this ckptlog reads; upgrade ckptlog to open it"
+                f"the {layout.META_FORMAT_MAX} this ckptlog reads; upgrade ckptlog to open it"
             )
         if stored.get("checksum", "").endswith("-keyed") != bool(self._chain_key):
             raise CheckpointError(
