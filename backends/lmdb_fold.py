@@ -163,9 +163,7 @@ def scan(
 def stored_prefix(f: Folded, prefix: bytes) -> bytes | None:
     """The stored prefix of every key of ``f`` starting with ``prefix``, when there is one
     (``prefix`` of 8 bytes or more: one stream id's run); otherwise ``None``."""
-    if len(prefix) < 8:
-        return None
-    return prefix[:8] + f.tag + prefix[8:]
+    return f.key(prefix) if len(prefix) >= 8 else None
 
 
 def unfold(rows: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -5,8 +5,6 @@ compaction and the command line."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +21,8 @@ from eventlog.copylog import copy_log
 from eventlog.layout import CORE_TABLES
 from eventlog.materialized import TABLES as MATERIALIZED
 from eventlog.records import CheckpointRecord, NodePosition
+from tests.test_cli import ckptlog
 
-REPO = Path(__file__).resolve().parents[1]
 FOLD_NAME = "rows:streams,heads,bodies,positions"
 
 
@@ -44,19 +42,6 @@ def _names(path: Path) -> dict[str, int]:
             return {n: txn.stat(db)["entries"] for n, db in dbs.items()}
     finally:
         env.close()
-
-
-def _ckptlog(*args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "eventlog.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def test_a_new_log_keeps_its_per_stream_tables_in_one_sub_database(tmp_path: Path) -> None:
@@ -99,9 +84,9 @@ def test_a_log_made_before_the_fold_opens_saves_verifies_compacts_and_reads(
         assert got is not None
         assert got.state["i"] == 37
     for path in (old, new):
-        verify = _ckptlog("verify", str(path))
+        verify = ckptlog("verify", str(path))
         assert verify.returncode == 0, verify.stdout + verify.stderr
-        history = _ckptlog("history", str(path), "inv-0")
+        history = ckptlog("history", str(path), "inv-0")
         assert history.returncode == 0, history.stderr
         assert history.stdout.count("\n") >= 10, history.stdout
 
