@@ -836,14 +836,17 @@ class _PgWrite(_PgRead, WriteTxn):
     def _new_key(self, table: str, key: bytes) -> bool:
         """Whether this transaction assumes ``key`` absent from ``table``: it runs on what is
         known, and neither it (a write, a deletion, an assertion) nor what is known holds a
-        value of the key. Such a key is in none of the queued batch's writes."""
+        value of the key. Such a key is in none of the queued batch's writes. A table rows
+        are appended to is never assumed: what is known does not keep its rows (as get())."""
         if not self.assuming or table in self.pruned or table not in self._owner._present:
             return False
         k = (table, key)
         if k in self.seen:
             return False  # written, deleted or asserted in this transaction: upsert
         known = self._owner._known
-        return known.rows.get(k) is None and k not in known.opaque
+        return (
+            table not in known.appended and known.rows.get(k) is None and k not in known.opaque
+        )
 
     def delete(self, table: str, key: bytes) -> bool:
         self._pre.pop(table, None)  # a prefetched value may be stale now

@@ -16,7 +16,7 @@ from pg_schemas import PgSchemas
 from backends.base import RetryableWrite, WriteTxn
 from backends.postgres import PostgresBackend, _PgRead
 from backends.testing import BackendContract
-from eventlog.errors import CommitOutcomeUnknown
+from eventlog.errors import CheckpointError, CommitOutcomeUnknown
 
 TABLES = ("a", "b")
 
@@ -53,6 +53,27 @@ class TestPostgresBackend(BackendContract):
             assert seen == [[], [(b"\x00\x00", b"v")]]  # assumed empty, then read
             with backend.read() as r:  # only the attempt that read the truth committed
                 assert list(r.scan("b", b"k")) == [(b"k%d" % len(seen), b"v")]
+        finally:
+            backend.close()
+
+    def test_a_put_over_an_appended_row_is_an_upsert_not_an_assumed_insert(
+        self, tmp_path: Path
+    ) -> None:
+        """Rows of a table appended to are not kept in what the process knows, so a put of a
+        key there cannot be assumed new: a plain INSERT of it failed at the next read
+        (UniqueViolation) instead of the append's own error (the example hypothesis found for
+        test_agrees_with_dict_model)."""
+        backend = self.make_backend(tmp_path)
+        try:
+            with backend.write() as w:
+                w.append("a", b"\x00", b"")
+            with backend.write() as w:
+                w.put("a", b"\x00", b"again")
+                with pytest.raises(CheckpointError, match="needs a key greater than the last one"):
+                    w.append("a", b"\x00", b"")
+                w.put("a", b"\x01", b"new")
+            with backend.read() as r:
+                assert list(r.scan("a")) == [(b"\x00", b"again"), (b"\x01", b"new")]
         finally:
             backend.close()
 
