@@ -33,7 +33,7 @@ demo: $(STAMP_RUN)
 
 test: $(STAMP_DEV)  # everything but the soak-sized tests (marked long): under 15 minutes
 	.ci/system-packages
-	$(PY) -m pytest -q -m "not long"
+	$(PY) -m pytest -q -m "not long" -n 2
 
 test-long: $(STAMP_DEV)  # the soak-sized tests make test leaves out (CI runs both)
 	.ci/system-packages

@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import datetime
 import enum
+import re
 import uuid
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -87,7 +88,12 @@ def _log() -> CheckpointLog:
     return cl
 
 
-@pytest.mark.parametrize("result", RESULTS, ids=[repr(r)[:30] for r in RESULTS])
+def _id(i: int, r: Any) -> str:
+    """A test id that is the same in every process (no object addresses), for pytest-xdist."""
+    return f"{i}-{re.sub(r' at 0x[0-9a-f]+', '', repr(r))[:30]}"
+
+
+@pytest.mark.parametrize("result", RESULTS, ids=[_id(i, r) for i, r in enumerate(RESULTS)])
 def test_fast_paths_agree_with_the_exact_checks(result: Any) -> None:
     progress = FanOutInstanceProgress("completed", result)
     exact = _outcome(lambda: encode_progress(progress, 2))
