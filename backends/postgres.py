@@ -844,9 +844,7 @@ class _PgWrite(_PgRead, WriteTxn):
         if k in self.seen:
             return False  # written, deleted or asserted in this transaction: upsert
         known = self._owner._known
-        return (
-            table not in known.appended and known.rows.get(k) is None and k not in known.opaque
-        )
+        return table not in known.appended and known.rows.get(k) is None and k not in known.opaque
 
     def delete(self, table: str, key: bytes) -> bool:
         self._pre.pop(table, None)  # a prefetched value may be stale now
