@@ -71,7 +71,8 @@ if TYPE_CHECKING:
 SNAPSHOT_FRAMES_MAX: Final = 1024  # record_at folds at most this many frames past a snapshot,
 SNAPSHOT_BYTES_PER_FRAME: Final = 64  # or one per this many bytes of it, if that is more: a
 # snapshot costs O(its size) to build, so it is paid for by at least size/64 frames (flat per save)
-SNAPSHOT_RATIO: Final = 2  # snapshot once the deltas since the last one outweigh it this much
+SNAPSHOT_RATIO: Final = 4  # snapshot once the deltas since the last one outweigh it this much
+# (4, not 2: half the restating per save, issue 22; record_at folds up to 4x the snapshot's bytes)
 BATCH_CHANGES_MAX: Final = 4096  # buffered save_instance calls joined into one frame, at most
 BATCH_BYTES_MAX: Final = 1 << 20  # and their results' bytes (a quarter of frame_bytes_max)
 INSTANCE_OVERHEAD_BYTES: Final = 48  # a change's framing besides its result, roughly
@@ -81,7 +82,9 @@ HEAD_ROWS_CACHED_MAX: Final = 1 << 16  # a bigger head is not kept by save_insta
 SNAPSHOT_INSTANCES_MAX: Final = 1 << 16  # a head with more instances is snapshotted in pages,
 SNAPSHOT_BYTES_MAX: Final = 4 << 20  # as is one whose last snapshot frame was bigger than this
 PAGE_ROWS_MAX: Final = 4096  # instance rows per page of a paged snapshot, at most
-PAGE_ROWS_MIN: Final = 256  # and at least (a page holds about twice its frame's changes)
+PAGE_ROWS_MIN: Final = 256  # and at least
+PAGE_ROWS_PER_CHANGE: Final = 2  # otherwise a page holds this many rows per change of its frame
+# (more than 1, so that paging overtakes a fan-out saved in index order: at 1 it never did)
 PAGE_BYTES_MAX: Final = 1 << 20  # and about this many bytes
 INLINE_LOAD_ROWS_MAX: Final = 256  # async load reads at most this many rows (or KiB of state)
 # on the event loop; a bigger record loads on a worker thread

@@ -19,6 +19,7 @@ from eventlog.checkpoint_frames import (
     CATCH_UP_ROWS_PER_FRAME,
     HEAD_CACHE_MAX,
     PAGE_ROWS_MIN,
+    PAGE_ROWS_PER_CHANGE,
     _InstanceSaves,
     own_instances,
 )
@@ -235,10 +236,10 @@ class HeadCache:
         fid, start = at
         hd = next(h for h in layout if h.fid == fid)
         overlay = overlays.get(fid, {})
-        # Pages follow the saves: a page of about twice the frame's changes (at least
-        # PAGE_ROWS_MIN) keeps paging a fixed share of each save's cost, whatever N.
+        # Pages follow the saves: a page of PAGE_ROWS_PER_CHANGE times the frame's changes
+        # (at least PAGE_ROWS_MIN) keeps paging a fixed share of each save's cost, whatever N.
         changed = sum(map(len, overlays.values()))
-        rows_max = min(self.page_rows_max, max(PAGE_ROWS_MIN, 2 * changed))
+        rows_max = min(self.page_rows_max, max(PAGE_ROWS_MIN, PAGE_ROWS_PER_CHANGE * changed))
         stop, _, raw = read_page(txn, sid, hd, start, overlay, rows_max, self.page_bytes_max)
         page = InstancePage(
             back,

@@ -21,7 +21,7 @@ import collections
 import itertools
 import operator
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -427,16 +427,23 @@ def read_page(
     count = hd.instance_count
     pairs = txn.rows(FANOUT, prefix + U32.pack(start), prefix + U32.pack(count), rows_max)
     stop = count
+    keys: Sequence[bytes] = ()
+    values: Sequence[bytes] = ()
     if pairs:
-        sizes = list(itertools.accumulate(map(len, map(_second, pairs))))
-        if sizes[-1] > bytes_max:
-            pairs = pairs[: bisect.bisect_left(sizes, bytes_max) + 1]
-            stop = U32.unpack_from(pairs[-1][0], 12)[0] + 1
-        elif len(pairs) >= rows_max:
-            stop = U32.unpack_from(pairs[-1][0], 12)[0] + 1
-    indices = list(map(_third, _ROW_KEY.iter_unpack(b"".join(map(_first, pairs)))))
-    values = list(map(_second, pairs))
-    laid = {i: v for i, v in overlay.items() if start <= i < stop}
+        keys, values = zip(*pairs, strict=True)  # (the rows as two tuples, at C speed)
+    del pairs
+    if sum(map(len, values)) > bytes_max:  # (accumulated only when cut: rarely)
+        cut = bisect.bisect_left(list(itertools.accumulate(map(len, values))), bytes_max) + 1
+        keys, values = keys[:cut], values[:cut]
+        stop = U32.unpack_from(keys[-1], 12)[0] + 1
+    elif len(keys) >= rows_max:
+        stop = U32.unpack_from(keys[-1], 12)[0] + 1
+    indices = list(map(_first, _ROW_INDEX.iter_unpack(b"".join(keys))))
+    laid = (  # (the frame's changes are seldom in the page: two C-speed bounds first)
+        {i: v for i, v in overlay.items() if start <= i < stop}
+        if overlay and max(overlay) >= start and min(overlay) < stop
+        else None
+    )
     if laid:
         rows = dict(zip(indices, values, strict=True))
         rows.update(laid)
@@ -445,7 +452,7 @@ def read_page(
     return stop, len(indices), change_array(hd.fid, indices, values)
 
 
-def change_array(fid: int, indices: list[int], raws: list[bytes]) -> bytes:
+def change_array(fid: int, indices: list[int], raws: Sequence[bytes]) -> bytes:
     """The msgpack array of ``InstanceChange(fid, index, progress)`` for each index and
     encoded progress, assembled from the bytes at C speed."""
     n = len(indices)
@@ -529,6 +536,7 @@ def scatter(target: list[Any], indices: list[int], values: list[Any]) -> None:
 
 
 _ROW_KEY: Final = struct.Struct(">QII")  # sid, fid, index: a fan-out row's key
+_ROW_INDEX: Final = struct.Struct(">12xI")  # its index alone
 
 
 def write_instance_rows(
