@@ -560,6 +560,9 @@ def _commit_with_segment(
                 and env.data_bytes - env.seg_base_bytes < lmdb_wal.PROCESS_GROWTH_MAX_BYTES
             ):
                 txn.commit()  # "process": nothing to re-apply depends on this commit
+                # its pages on their way to the device, so that the checkpoint's sync finds
+                # few left (as a durable commit's are)
+                lmdb_wal.start_writeback(env.lock_fd, header, tid)
                 return
         # A checkpoint: this commit synced by LMDB, then recorded as the segment's base.
         txn.commit()

@@ -101,6 +101,53 @@ def test_a_durable_save_makes_one_device_flush_and_no_dsync_write(
         assert re.search(r"sync_file_range\(\d+, 8192, 0, SYNC_FILE_RANGE_WRITE\) = 0", line)
 
 
+PROCESS_CHILD = """
+import os, sys
+from eventlog import CheckpointRecord, NodePosition
+from eventlog.checkpoints import CheckpointLog
+
+def rec(i):
+    return CheckpointRecord("inv", "c", {"i": i}, (NodePosition((), "n", i),), (), 1.0 + i)
+
+with CheckpointLog.open(sys.argv[1]) as log:  # made at "fsync": the log has a segment
+    log.save("inv", rec(0))
+with CheckpointLog.open(sys.argv[1], durability="process") as log:
+    log.save("inv", rec(1))
+    os.access("/ckptlog-strace-start", os.F_OK)
+    for i in range(2, int(sys.argv[2]) + 2):
+        log.save("inv", rec(i))
+    os.access("/ckptlog-strace-stop", os.F_OK)
+"""
+
+
+def test_process_saves_on_a_log_with_a_segment_start_their_pages_writing_early(
+    tmp_path: Path,
+) -> None:
+    """"process" commits on a log with a segment keep the pin, so each writes new pages that
+    the next checkpoint must sync: as a durable commit's, they start going to the device every
+    WRITEBACK_EVERY commits (sync_file_range, no wait, no flush), so the checkpoint finds few
+    left; and a process commit flushes nothing itself."""
+    if shutil.which("strace") is None:
+        pytest.fail("this test needs strace (Debian: strace)")
+    trace = tmp_path / "trace"
+    saves = 4 * lmdb_wal.WRITEBACK_EVERY
+    subprocess.run(
+        ["strace", "-f", "-o", str(trace), "-e",
+         "trace=fsync,fdatasync,msync,sync_file_range,faccessat,faccessat2,access",
+         sys.executable, "-c", PROCESS_CHILD, str(tmp_path / "log"), str(saves)],
+        check=True, cwd=ROOT, capture_output=True,
+    )  # fmt: skip
+    lines = trace.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "ckptlog-strace-start" in line)
+    stop = next(i for i, line in enumerate(lines) if "ckptlog-strace-stop" in line)
+    phase = lines[start:stop]
+    assert [line for line in phase if re.search(r"\b(fsync|fdatasync|msync)\(", line)] == []
+    writeback = [line for line in phase if "sync_file_range(" in line]
+    assert len(writeback) >= saves // lmdb_wal.WRITEBACK_EVERY - 1, writeback
+    for line in writeback:
+        assert re.search(r"sync_file_range\(\d+, 8192, 0, SYNC_FILE_RANGE_WRITE\) = 0", line)
+
+
 def test_records_of_a_killed_process_are_there_at_the_next_open(tmp_path: Path) -> None:
     path = tmp_path / "log"
     code = (
