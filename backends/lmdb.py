@@ -559,10 +559,7 @@ def _commit_with_segment(
                 and tid - header.checkpoint <= lmdb_wal.PROCESS_COMMITS_MAX
                 and env.data_bytes - env.seg_base_bytes < lmdb_wal.PROCESS_GROWTH_MAX_BYTES
             ):
-                txn.commit()  # "process": nothing to re-apply depends on this commit
-                # its pages on their way to the device, so that the checkpoint's sync finds
-                # few left (as a durable commit's are)
-                lmdb_wal.start_writeback(env.lock_fd, header, tid)
+                _commit_unrecorded(env, txn, header, tid)
                 return
         # A checkpoint: this commit synced by LMDB, then recorded as the segment's base.
         txn.commit()
@@ -576,6 +573,14 @@ def _commit_with_segment(
         with suppress(lmdb.Error):
             txn.abort()
         raise _os_error(e, f"writing {path!r}", path) from e
+
+
+def _commit_unrecorded(env: _Env, txn: Any, header: lmdb_wal.Header, tid: int) -> None:
+    """A "process" commit under the pin: nothing to re-apply depends on it, so no record;
+    its pages start on their way to the device, so that the checkpoint's sync finds few left
+    (as a durable commit's do)."""
+    txn.commit()
+    lmdb_wal.start_writeback(env.lock_fd, header, tid)
 
 
 def _unwrite(fd: int, at: int) -> None:
