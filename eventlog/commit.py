@@ -182,6 +182,7 @@ class GroupCommit:
     # The items the committing thread's transaction writes, and how many times it ran.
     _writing: list[_Item]
     _attempts = 0
+    _txn: WriteTxn | None = None  # the transaction _write last ran in (for its moved())
     _commits: int
     _log_bytes: int
     _frames_appended: int
@@ -374,6 +375,10 @@ class GroupCommit:
 
         try:
             new_ids = self.backend.run_write(self._write, before_lock=pre)
+            txn, self._txn = self._txn, None
+            moved = 0 if txn is None else txn.moved()
+            if moved:
+                self._renumber(items, moved)
         except BaseException:
             self._tails.clear()  # they may hold what the aborted transaction appended
             self._gseq = None
@@ -436,10 +441,27 @@ class GroupCommit:
                 it.result = None
         self._resolve(batch)
 
+    def _renumber(self, items: list[_Item], moved: int) -> None:
+        """The committed transaction's frames landed ``moved`` global seqs after where it
+        put them (the backend numbered the log's rows on the server, ``WriteTxn.moved``):
+        nothing in a frame or a row holds its global seq, only the log's key and the stream
+        index's value, which the backend moved with them; the results and the log's end
+        this writer keeps are moved here."""
+        if self._gseq is not None:
+            self._gseq += moved
+        for it in items:
+            res = it.result
+            if res.__class__ is Appended:
+                assert isinstance(res, Appended)
+                it.result = Appended(
+                    res.stream, res.seq, res.global_seq + moved, res.checksum, res.stored_bytes
+                )
+
     def _write(self, txn: WriteTxn) -> dict[str, int]:
         """Append the items of :meth:`_run_write` in one transaction; returns the stream ids it
         created or looked up (kept once it commits: a stream's id never changes)."""
         items = self._writing
+        self._txn = txn
         self._attempts += 1
         if self._attempts > 1:  # a retry: what the aborted attempt cached never committed
             self._tails.clear()
@@ -563,8 +585,8 @@ class GroupCommit:
 class _TxnWriter:
     """The state of one write transaction of :meth:`EventLog._write`.
 
-    Log and index rows are collected and written with one ``append_many`` / ``put_many``
-    each; :meth:`write_pending` runs before any deferred frame or effect (one that reads only
+    Log and index rows are collected and written with one ``append_indexed`` call;
+    :meth:`write_pending` runs before any deferred frame or effect (one that reads only
     its stream's rows: when that stream has some pending), so those see the transaction.
     """
 
@@ -662,8 +684,8 @@ class _TxnWriter:
 
     def write_pending(self) -> None:
         if self.log_rows:
-            self.txn.append_many(LOG, self.log_rows)
-            self.txn.put_many(STREAMS, self.index_rows)
+            # (a server backend may number the rows itself: _run_write applies txn.moved())
+            self.txn.append_indexed(LOG, self.log_rows, STREAMS, self.index_rows)
             self.log_rows.clear()
             self.index_rows.clear()
             self.pending_sids.clear()
