@@ -477,6 +477,12 @@ class GroupCommit:
             sid, fresh = (known_sid, False) if known_sid else w.stream_id(stream)
             tail = tails.get(sid) or w.tail(sid, fresh)
             seq = tail[0] + 1
+            if it.expect_seq is not None and it.expect_seq != seq and w.kept_tail(sid, fresh):
+                # A tail kept from an earlier commit: a backend that numbers the log's rows on
+                # the server does not check it unless a frame extends it, so it is read here
+                # before a conflict is reported.
+                tail = tails[sid] = _read_tail(txn, sid)
+                seq = tail[0] + 1
             if it.expect_seq is not None and it.expect_seq != seq:
                 it.result = SequenceConflict(
                     f"stream {stream!r} is at seq {tail[0]}, so this append would get seq "
@@ -601,6 +607,7 @@ class _TxnWriter:
         self.log_rows: list[tuple[bytes, bytes]] = []
         self.index_rows: list[tuple[bytes, bytes]] = []
         self.pending_sids: set[int] = set()  # the streams of log_rows
+        self.read_sids: set[int] = set()  # streams appended to or whose tail was read here
         # The log's end, read in this transaction (and what append_many checks against: a
         # backend may keep it, as the PostgreSQL one does, sparing a query per commit).
         item: tuple[bytes, bytes] | None = None
@@ -662,7 +669,13 @@ class _TxnWriter:
         if tail is None:
             tail = (0, ZERO_CHECKSUM) if fresh else _read_tail(self.txn, sid)
             self.tails[sid] = tail
+            self.read_sids.add(sid)
         return tail
+
+    def kept_tail(self, sid: int, fresh: bool) -> bool:
+        """Whether stream ``sid``'s tail is one kept from an earlier commit (not read nor
+        extended in this transaction)."""
+        return not fresh and sid not in self.read_sids
 
     def register(self, stream: str, sid: int) -> None:
         raw_key = stream.encode("utf-8", "surrogatepass")
@@ -679,6 +692,7 @@ class _TxnWriter:
         self.log_rows.append((gkey, envelope))
         self.index_rows.append((U64X2.pack(sid, seq), gkey))
         self.pending_sids.add(sid)
+        self.read_sids.add(sid)
         self.tails[sid] = (seq, checksum)
         return gseq, checksum, len(envelope)
 

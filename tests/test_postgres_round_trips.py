@@ -402,3 +402,53 @@ def test_a_commit_cut_after_the_server_numbered_its_rows_lands_exactly_once(
     finally:
         ours.close()
         other.close()
+
+
+def test_an_expected_seq_is_checked_against_the_stored_tail_not_a_kept_one(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """Two writers append to one stream, the second with ``expect_seq``: the first writer's
+    kept tail of the stream is stale (the server numbers the log, so nothing else told it the
+    other wrote), so it reads the stored tail before reporting a conflict: an append that
+    expects the stored tail's next seq lands, one that expects an older one is refused."""
+    import asyncio  # noqa: PLC0415
+
+    from eventlog.errors import SequenceConflict  # noqa: PLC0415
+    from eventlog.log import Appended, EventLog  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    a, b = EventLog.open(url, frame_type=list), EventLog.open(url, frame_type=list)
+    try:
+        a.append("s", ["a", 1])
+        a.append("mine", ["a", 2])  # a knows the log's end and the tail of "s"
+        b.append("s", ["b", 1])
+        commits = a.backend.commits  # type: ignore[attr-defined]
+
+        async def both() -> list[Appended | None]:
+            # one commit: the server numbers the frame of "mine" (b moved the log's end)
+            return await asyncio.gather(
+                a.append_async("mine", ["a", 2]), a.append_async("s", ["a", 3], expect_seq=3)
+            )
+
+        mine, got = asyncio.run(both())
+        assert a.backend.commits - commits == 1  # type: ignore[attr-defined]
+        assert mine is not None
+        assert got is not None
+        assert got.seq == 3
+        with pytest.raises(SequenceConflict):
+            a.append("s", ["a", 4], expect_seq=3)
+        b.append("s", ["b", 2])
+        with pytest.raises(SequenceConflict):
+            a.append("s", ["a", 5], expect_seq=4)
+        got = a.append("s", ["a", 6], expect_seq=5)
+        assert got is not None
+        assert got.seq == 5
+        frames = list(a.scan())
+        assert [f.global_seq for f in frames] == list(range(1, 8))
+        assert frames[got.global_seq - 1].checksum == got.checksum
+        assert [f.seq for f in a.read_stream("s")] == [1, 2, 3, 4, 5]
+        report = a.verify()
+        assert report.ok, str(report)
+    finally:
+        a.close()
+        b.close()
