@@ -182,7 +182,6 @@ class GroupCommit:
     # The items the committing thread's transaction writes, and how many times it ran.
     _writing: list[_Item]
     _attempts = 0
-    _txn: WriteTxn | None = None  # the transaction _write last ran in (for its moved())
     _commits: int
     _log_bytes: int
     _frames_appended: int
@@ -374,11 +373,12 @@ class GroupCommit:
                         frame.before_lock(txn, stream, sid)
 
         try:
-            new_ids = self.backend.run_write(self._write, before_lock=pre)
-            txn, self._txn = self._txn, None
-            moved = 0 if txn is None else txn.moved()
-            if moved:
-                self._renumber(items, moved)
+            new_ids, txn = self.backend.run_write(self._write, before_lock=pre)
+            if moved := txn.moved():  # the backend numbered the log's rows: so do the results
+                self._gseq = None if self._gseq is None else self._gseq + moved
+                for it in items:
+                    if isinstance(res := it.result, Appended):
+                        it.result = msgspec.structs.replace(res, global_seq=res.global_seq + moved)
         except BaseException:
             self._tails.clear()  # they may hold what the aborted transaction appended
             self._gseq = None
@@ -441,27 +441,10 @@ class GroupCommit:
                 it.result = None
         self._resolve(batch)
 
-    def _renumber(self, items: list[_Item], moved: int) -> None:
-        """The committed transaction's frames landed ``moved`` global seqs after where it
-        put them (the backend numbered the log's rows on the server, ``WriteTxn.moved``):
-        nothing in a frame or a row holds its global seq, only the log's key and the stream
-        index's value, which the backend moved with them; the results and the log's end
-        this writer keeps are moved here."""
-        if self._gseq is not None:
-            self._gseq += moved
-        for it in items:
-            res = it.result
-            if res.__class__ is Appended:
-                assert isinstance(res, Appended)
-                it.result = Appended(
-                    res.stream, res.seq, res.global_seq + moved, res.checksum, res.stored_bytes
-                )
-
-    def _write(self, txn: WriteTxn) -> dict[str, int]:
+    def _write(self, txn: WriteTxn) -> tuple[dict[str, int], WriteTxn]:
         """Append the items of :meth:`_run_write` in one transaction; returns the stream ids it
-        created or looked up (kept once it commits: a stream's id never changes)."""
+        created or looked up (kept once it commits: ids never change) and ``txn`` (its moved())."""
         items = self._writing
-        self._txn = txn
         self._attempts += 1
         if self._attempts > 1:  # a retry: what the aborted attempt cached never committed
             self._tails.clear()
@@ -477,13 +460,9 @@ class GroupCommit:
             sid, fresh = (known_sid, False) if known_sid else w.stream_id(stream)
             tail = tails.get(sid) or w.tail(sid, fresh)
             seq = tail[0] + 1
-            if it.expect_seq is not None and it.expect_seq != seq and w.kept_tail(sid, fresh):
-                # A tail kept from an earlier commit: a backend that numbers the log's rows on
-                # the server does not check it unless a frame extends it, so it is read here
-                # before a conflict is reported.
-                tail = tails[sid] = _read_tail(txn, sid)
-                seq = tail[0] + 1
-            if it.expect_seq is not None and it.expect_seq != seq:
+            if it.expect_seq not in (None, seq) and sid not in w.pending_sids:
+                tail = tails[sid] = _read_tail(txn, sid)  # a kept tail may be stale: read it
+            if it.expect_seq is not None and it.expect_seq != (seq := tail[0] + 1):
                 it.result = SequenceConflict(
                     f"stream {stream!r} is at seq {tail[0]}, so this append would get seq "
                     f"{seq}, but it expected seq {it.expect_seq}; another writer appended "
@@ -516,8 +495,8 @@ class GroupCommit:
             w.write_pending()
         self._gseq, self._serial = w.gseq, w.serial
         if w.new_ids or w.found_ids:
-            return {**w.found_ids, **w.new_ids}
-        return {}
+            return {**w.found_ids, **w.new_ids}, txn
+        return {}, txn
 
     def _keep_buffered(self, batch: list[_Item], failure: StorageError) -> None:
         """After ``failure``: put the buffered frames of ``batch`` that it stopped back in
@@ -607,7 +586,6 @@ class _TxnWriter:
         self.log_rows: list[tuple[bytes, bytes]] = []
         self.index_rows: list[tuple[bytes, bytes]] = []
         self.pending_sids: set[int] = set()  # the streams of log_rows
-        self.read_sids: set[int] = set()  # streams appended to or whose tail was read here
         # The log's end, read in this transaction (and what append_many checks against: a
         # backend may keep it, as the PostgreSQL one does, sparing a query per commit).
         item: tuple[bytes, bytes] | None = None
@@ -669,13 +647,7 @@ class _TxnWriter:
         if tail is None:
             tail = (0, ZERO_CHECKSUM) if fresh else _read_tail(self.txn, sid)
             self.tails[sid] = tail
-            self.read_sids.add(sid)
         return tail
-
-    def kept_tail(self, sid: int, fresh: bool) -> bool:
-        """Whether stream ``sid``'s tail is one kept from an earlier commit (not read nor
-        extended in this transaction)."""
-        return not fresh and sid not in self.read_sids
 
     def register(self, stream: str, sid: int) -> None:
         raw_key = stream.encode("utf-8", "surrogatepass")
@@ -692,13 +664,11 @@ class _TxnWriter:
         self.log_rows.append((gkey, envelope))
         self.index_rows.append((U64X2.pack(sid, seq), gkey))
         self.pending_sids.add(sid)
-        self.read_sids.add(sid)
         self.tails[sid] = (seq, checksum)
         return gseq, checksum, len(envelope)
 
     def write_pending(self) -> None:
         if self.log_rows:
-            # (a server backend may number the rows itself: _run_write applies txn.moved())
             self.txn.append_indexed(LOG, self.log_rows, STREAMS, self.index_rows)
             self.log_rows.clear()
             self.index_rows.clear()
