@@ -176,6 +176,28 @@ class WriteTxn(ReadTxn):
         for key, value in pairs:
             self.append(table, key, value)
 
+    def append_indexed(
+        self,
+        table: str,
+        pairs: list[tuple[bytes, bytes]],
+        index: str,
+        refs: list[tuple[bytes, bytes]],
+    ) -> None:
+        """Append ``pairs`` to ``table`` (as :meth:`append_many`; their keys are 8-byte
+        big-endian numbers, dense after the table's greatest key) and store ``refs`` in
+        ``index``, each ref's value the key of one of ``pairs``. A store whose writers
+        share a server may place the pairs at other keys, still dense after the greatest
+        key and in order, all moved by one amount, the refs' values moved with them: what
+        the transaction read back inside it is what it wrote, and :meth:`moved` tells the
+        amount once it committed. Default: :meth:`append_many` and :meth:`put_many`."""
+        self.append_many(table, pairs)
+        self.put_many(index, refs)
+
+    def moved(self) -> int:
+        """Once the transaction committed: how far the keys it appended with
+        :meth:`append_indexed` were moved (``0``, the default: they were kept)."""
+        return 0
+
     def discard(self, table: str, key: bytes) -> None:
         """:meth:`delete` without telling whether the key was there: a server backend sends
         it with the transaction's other writes, not as a round trip of its own."""

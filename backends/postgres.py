@@ -29,6 +29,15 @@ Invariants:
   transaction queues nothing on the connection until it first needs it (a real read): one that
   never does (and appended a row) sends ``BEGIN`` to the flush at its end through libpq's
   pipeline directly (:mod:`backends.postgres_fast`), without psycopg's per-statement work.
+  The log's rows are numbered by the server (``WriteTxn.append_indexed``): such a transaction
+  puts them after the log's greatest key it knows, asserts nothing about that key, and its
+  statement moves them (and the stream index values naming them) after the greatest key it
+  finds, read under the lock (:meth:`backends.postgres_batch.Batch.number`); the answer says
+  how far (``WriteTxn.moved``). So another writer's commit in between does not make it stale:
+  a stream's tail another writer moved still does, by the plain insert of its index row. The
+  global seq stays dense and in commit order (the lock orders the commits). A transaction that
+  reads something for real asserts the log's end as before (its rows then stay where it put
+  them): what it read and what it wrote never mix numberings.
   A failed assertion aborts the pipeline: the transaction is rolled back and runs again reading
   for real (:class:`_StaleAssumption`, counted in ``stale``), and the next ones read for real
   for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
@@ -63,7 +72,11 @@ Invariants:
   COMMIT before the id comes back; cut off before it did, it is resolved by a row it appended
   (keys appended are new): the backend ends its old session (``pg_terminate_backend`` of its
   process id and start), and once that session is gone, so that nothing of it can still
-  commit, the row there with its value means committed, absent means rolled back.
+  commit, the row there with its value means committed, absent means rolled back. Rows the
+  server numbered are found through the stream index row the transaction inserted (its key
+  is the client's): there, naming a log row that holds the frame sent, means committed, and
+  that row's key says where the frames landed (a cut commit of such rows is always resolved
+  this way, its id notwithstanding).
 - After ``fork`` the child never uses the parent's connections (they share its sockets); it
   opens its own on first use. psycopg never finishes a connection in another process.
 """
@@ -565,10 +578,22 @@ class _PgWrite(_PgRead, WriteTxn):
         self.touched: set[str] = set()  # tables written
         self.pruned: list[str] = []  # tables a range was deleted from
         # One row this transaction appended: if its COMMIT is cut off, the row tells whether
-        # it committed (_WriteScope.__exit__).
-        self.witness: tuple[str, bytes, bytes] | None = None
+        # it committed (_WriteScope.__exit__); see _Witness.
+        self.witness: _Witness | None = None
         # Assertions and writes queued since the last statement: sent as one (_send).
         self._batch = Batch()
+        # Greatest keys answered from what is known, their assertions not queued yet: queued
+        # with the next statement, except the final one's of a table the server numbers.
+        self._unchecked: dict[str, bytes | None] = {}
+        self.read_for_real = False  # a statement was sent for its answer
+        # (table, index) whose rows the server numbers (append_indexed), and the index rows
+        # this transaction wrote there (key -> the table's key as sent)
+        self.numbering: tuple[str, str] | None = None
+        self._refs: dict[bytes, bytes] = {}
+        # The final statement numbers rows on the server with no assertion of the table's end:
+        # how far it moved them is learned from its answer (or, cut off, from the witness).
+        self.numbered_final = False
+        self.moved_by: int | None = None
 
     @property
     def _conn(self) -> psycopg.Connection[Any]:
@@ -587,15 +612,33 @@ class _PgWrite(_PgRead, WriteTxn):
         self._batch.expect(table, key, value)
         self.assumed += 1
 
-    def _send(self) -> None:
-        """Queue what :attr:`_batch` holds as one statement in the pipeline (no round trip;
-        an error it meets is raised with the next read or the COMMIT). Raises
-        :class:`psycopg.Error`."""
+    def take_batch(self, *, final: bool = False) -> Batch:
+        """What :attr:`_batch` holds, with the assertions of the greatest keys assumed
+        (:meth:`_assumed_last`); a new batch in its place. The ``final`` statement of a
+        transaction that read nothing for real leaves out that of the table whose rows the
+        server numbers (:meth:`append_indexed`): the server puts them after its greatest key,
+        whatever it is, and the statement answers how far they moved."""
         batch = self._batch
+        if self._unchecked:
+            numbered = batch.numbered[0] if batch.numbered else None
+            for table, key in self._unchecked.items():
+                if final and not self.read_for_real and table == numbered:
+                    self.numbered_final = True
+                    continue
+                batch.expect_last(table, key)
+            self._unchecked.clear()
+        if batch:
+            self._batch = Batch()
+        return batch
+
+    def _send(self, *, final: bool = False) -> Any:
+        """Queue what :attr:`_batch` holds as one statement in the pipeline (no round trip;
+        an error it meets is raised with the next read or the COMMIT); returns its cursor
+        (``None``: nothing to send). Raises :class:`psycopg.Error`."""
+        batch = self.take_batch(final=final)
         if not batch:
-            return
-        self._batch = Batch()
-        self._conn.execute(self._owner._batch_text(batch), batch.params(), binary=True)
+            return None
+        return self._conn.execute(self._owner._batch_text(batch), batch.params(), binary=True)
 
     def _flush(self) -> None:
         """:meth:`_send`, its error as the backend's."""
@@ -641,6 +684,7 @@ class _PgWrite(_PgRead, WriteTxn):
         ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
         if not ok:
             return
+        self.read_for_real = True
         try:
             # queued, no round trip
             self._send()
@@ -694,6 +738,7 @@ class _PgWrite(_PgRead, WriteTxn):
         return super().get_many(table, keys)
 
     def _q(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        self.read_for_real = True
         self._flush()
         rows = super()._q(query, params)
         if self._wscope.lock is not None:  # the first read brought the lock's result too
@@ -711,6 +756,7 @@ class _PgWrite(_PgRead, WriteTxn):
 
     def _n(self, query: str, params: tuple[Any, ...]) -> int:
         """Run a write now and return how many rows it changed."""
+        self.read_for_real = True
         try:
             self._send()
             cur = self._conn.execute(query, params, binary=True)
@@ -756,7 +802,7 @@ class _PgWrite(_PgRead, WriteTxn):
             return False
         known = self._owner._known.last[table]
         key, value = (None, None) if known is None else known
-        self._batch.expect_last(table, key)
+        self._unchecked[table] = key  # asserted with the next statement (take_batch)
         self.assumed += 1
         self._last[table] = key
         self._last_value[table] = value
@@ -892,7 +938,7 @@ class _PgWrite(_PgRead, WriteTxn):
         self._last[table] = key
         self._last_value[table] = value
         if self.witness is None:
-            self.witness = (table, key, value)
+            self.witness = (table, key, value, None)
 
     def append(self, table: str, key: bytes, value: bytes) -> None:
         self._pre.pop(table, None)  # a prefetched value may be stale now
@@ -921,9 +967,81 @@ class _PgWrite(_PgRead, WriteTxn):
         self._last[table] = pairs[-1][0]
         self._last_value[table] = values[-1]
 
+    def append_indexed(
+        self,
+        table: str,
+        pairs: list[tuple[bytes, bytes]],
+        index: str,
+        refs: list[tuple[bytes, bytes]],
+    ) -> None:
+        """In a transaction on assumptions, the rows are numbered by the server
+        (:meth:`backends.postgres_batch.Batch.number`): the transaction puts them after the
+        greatest key known, and unless it reads something for real (its greatest key then
+        asserted as before), its statement moves them after the greatest key it finds,
+        under the writers' lock, so that another writer's commit in between does not fail
+        it. The index rows are plain inserts: a key another writer took (a stream's seq)
+        fails them, and the transaction runs again reading what is stored."""
+        numbering = self.numbering
+        if (
+            not pairs
+            or not self.assuming
+            or (numbering is None and (table in self.touched or index in self.touched))
+            or (numbering is not None and numbering != (table, index))
+            or index in self.pruned
+            or table in self.pruned
+            or table not in self._owner._present
+            or index not in self._owner._present
+        ):
+            super().append_indexed(table, pairs, index, refs)
+            return
+        self._pre.pop(table, None)
+        self._pre.pop(index, None)
+        for k, _ in pairs:
+            self._check_key(k)
+            if len(k) != 8:
+                raise CheckpointError(f"append_indexed keys are 8 bytes, got {k.hex()}")
+        for k, _ in refs:
+            self._check_key(k)
+        after = self._last_known(table)
+        check_ascending(table, after, pairs)
+        self._sql(table)
+        self._sql(index)
+        rows = [(k, bytes(v)) for k, v in pairs]
+        links = [(k, bytes(v)) for k, v in refs]
+        values = dict(rows)
+        self.numbering = (table, index)
+        self._batch.number(table, after or bytes(8), rows, index, links)
+        self.assumed += 1
+        if self.witness is None and links:
+            k, v = links[0]
+            self.witness = (index, k, values[v], (table, v))
+        for key, value in rows:
+            self._appended(table, key, value)
+        self.touched.add(index)
+        for k, v in links:
+            self.seen[index, k] = v
+            self._refs[k] = v
+            self._saw(index, k, v)
+
+    def moved(self) -> int:
+        return self.moved_by or 0
+
     def committed(self) -> None:
         """Tell :class:`_Known` what this transaction wrote and read, now that it holds."""
         known = self._owner._known
+        moved = self.moved_by
+        if moved and self.numbering is not None:
+            # the rows the server numbered, where they landed
+            self._owner.moved_commits += 1
+            table, index = self.numbering
+            for k, v in self._refs.items():
+                self.seen[index, k] = _u64_moved(v, moved)
+            last = self._last.get(table)
+            if last is not None:
+                self._last[table] = _u64_moved(last, moved)
+            last = self._last.get(index)
+            if last is not None and last in self._refs:
+                self._last_value[index] = self.seen[index, last]
         # A pruned table's rows known before are dropped; what this transaction wrote or read
         # in it after the prune is exact (delete_prefix forgot the table's earlier ones).
         known.merge(self.seen, self.pruned)
@@ -933,6 +1051,19 @@ class _PgWrite(_PgRead, WriteTxn):
                 known.last[t] = None if key is None else (key, self._last_value.get(t))
             else:
                 known.last.pop(t, None)
+
+
+# A row a transaction wrote, to learn after a cut COMMIT whether it committed: ``(table, key,
+# value, None)``, the row itself (a key appended is new); or ``(index, key, value, (table,
+# key as sent))``, an index row whose key is the client's and whose value names the row of
+# ``table`` holding ``value`` (the server numbered it: its key was not known when it was
+# sent); where it landed tells how far the server moved it.
+_Witness = tuple[str, bytes, bytes, tuple[str, bytes] | None]
+
+
+def _u64_moved(key: bytes, by: int) -> bytes:
+    """An 8-byte big-endian key, ``by`` further."""
+    return (int.from_bytes(key, "big") + by).to_bytes(8, "big")
 
 
 # What a failed assumption of a transaction raises (the assertion itself, or a later statement
@@ -1160,9 +1291,8 @@ class _WriteScope:
         cut COMMIT whose id did not come back."""
         owner = self.owner
         statements: list[tuple[str, Any]] = [(_BEGIN_WRITE, None), (owner._take_lock, None)]
-        batch = txn._batch
+        batch = txn.take_batch(final=True)
         if batch:
-            txn._batch = Batch()
             statements.append((owner._batch_text(batch), batch.params()))
         at_commit = len(statements)
         statements.append(("COMMIT", None))
@@ -1188,6 +1318,10 @@ class _WriteScope:
             commit = results[at_commit] if len(results) > at_commit else None
             self._commit_failed(error, owner._wconn, None, _Answered(commit), txn.assumed > 0)
             return
+        if txn.numbered_final:
+            value = results[2].get_value(0, 1)  # how far the server moved the rows: int8
+            assert value is not None
+            txn.moved_by = int.from_bytes(value, "big", signed=True)
         owner.commits += 1
         owner.lock_held_s += time.perf_counter() - self.granted
         txn.committed()
@@ -1216,18 +1350,30 @@ class _WriteScope:
         if done and not self.xid:
             with contextlib.suppress(psycopg.Error):
                 self.locked()  # its result came before the COMMIT's
-        if done and (self.xid or witness is None):
+        # Rows the server numbered, how far it moved them not known: only the witness tells.
+        learn = self.txn is not None and self.txn.numbered_final and self.txn.moved_by is None
+        by_xid = (self.xid or witness is None) and not learn
+        landed: bytes | None = None
+        if done and by_xid:
             # Committed (and visible); only its flush failed: make it durable.
             owner._resolve(self.xid, e, committed=True)
         elif done:
             assert witness is not None
-            owner._resolve(0, e, committed=True, witness=(witness, pid, started))
+            landed = owner._resolve(0, e, committed=True, witness=(witness, pid, started))
         elif not _lost(e):
             raise owner._failed(e, "committing") from e
-        elif self.xid or witness is None:
+        elif by_xid:
             owner._resolve(self.xid, e)  # returns when it committed (and is durable)
         else:
-            owner._resolve(0, e, witness=(witness, pid, started))
+            assert witness is not None
+            landed = owner._resolve(0, e, witness=(witness, pid, started))
+        if learn:
+            assert self.txn is not None
+            assert witness is not None
+            assert witness[3] is not None
+            assert landed is not None
+            sent = witness[3][1]
+            self.txn.moved_by = int.from_bytes(landed, "big") - int.from_bytes(sent, "big")
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         owner = self.owner
@@ -1244,8 +1390,9 @@ class _WriteScope:
             assert conn is not None
             assert txn is not None
             witness = txn.witness
+            final: Any = None
             try:
-                txn._send()
+                final = txn._send(final=True)
                 if witness is None or not assumed:
                     self.locked()  # before the COMMIT goes out: its id resolves a cut COMMIT
             except psycopg.Error as e:
@@ -1271,6 +1418,9 @@ class _WriteScope:
                 if pipeline is not None:
                     pipeline.__exit__(None, None, None)  # sends the writes, COMMIT and flush
                 self.locked()  # its result came back before the COMMIT's: no round trip
+                if txn.numbered_final:
+                    row = final.fetchone()  # how far the server moved the rows it numbered
+                    txn.moved_by = int(row[-1])
                 owner.commits += 1
                 owner.lock_held_s += time.perf_counter() - self.granted
             except psycopg.Error as e:
@@ -1334,6 +1484,8 @@ class PostgresBackend(Backend):
         # thread's CPU seconds in that window: the rest of the window the client was not
         # running (waiting for a core, or for its process's other threads).
         self.held_across_client = 0
+        # Commits whose log rows the server numbered after another writer's (moved them).
+        self.moved_commits = 0
         self.held_client_s = 0.0
         self.held_client_cpu_s = 0.0
         # rendered statements of the write batches met (postgres_batch.render)
@@ -1444,23 +1596,26 @@ class PostgresBackend(Backend):
         cause: BaseException,
         *,
         committed: bool = False,
-        witness: tuple[tuple[str, bytes, bytes], int, Any] | None = None,
-    ) -> None:
+        witness: tuple[_Witness, int, Any] | None = None,
+    ) -> bytes | None:
         """The connection failed during COMMIT of transaction ``xid`` (or, ``committed``, during
         the durable flush after it): learn its fate; in ``fsync`` mode a committed ``xid`` is
         made durable before this returns (its status first, then a flush: the flush then
         covers its commit record).
 
         Without the id (the COMMIT was sent with the rest, before the id came back),
-        ``witness`` is ``((table, key, value) the transaction appended, the server process
-        id and start of its session)``: that session is ended (``pg_terminate_backend``) and,
-        once it is gone, so that nothing of it can commit any more, the row tells: there
-        with that value, committed; absent, rolled back (an appended key was new)."""
+        ``witness`` is ``(_Witness of the transaction, the server process id and start of
+        its session)``: that session is ended (``pg_terminate_backend``) and, once it is
+        gone, so that nothing of it can commit any more, the row tells: there with that
+        value, committed; absent, rolled back (an appended key was new). A witness through an
+        index row (rows the server numbered): the index row there, and the row it names
+        holding the value, committed; returns that row's key (where the rows landed)."""
         delay = RETRY_SLEEP_S
         status: str | None = "unknown"
         what = "flush after the commit" if committed else "commit"
         start = time.monotonic()
         attempt = 0
+        landed: bytes | None = None
         while attempt < RESOLVE_ATTEMPTS or time.monotonic() - start < self.resolve_budget_s:
             attempt += 1
             try:
@@ -1469,7 +1624,7 @@ class PostgresBackend(Backend):
                         row = conn.execute("SELECT txid_status(%s)", (xid,)).fetchone()
                         status = None if row is None else row[0]
                     else:
-                        status = self._witness_status(conn, *witness)
+                        status, landed = self._witness_status(conn, *witness)
                     if status == "committed" and self._flush_after:
                         conn.execute(_FLUSH_NOW)
             except (psycopg.Error, StorageError) as e:
@@ -1479,7 +1634,7 @@ class PostgresBackend(Backend):
                 status = "unknown"
             if status == "committed":
                 log.warning("%s: %s of %d was cut off; it had committed", self.location, what, xid)
-                return
+                return landed
             if status == "aborted":
                 log.warning(
                     "%s: %s of %d was cut off; it was rolled back", self.location, what, xid
@@ -1500,18 +1655,25 @@ class PostgresBackend(Backend):
         raise self._unknown from cause
 
     def _witness_status(
-        self, conn: psycopg.Connection[Any], row: tuple[str, bytes, bytes], pid: int, start: Any
-    ) -> str:
+        self, conn: psycopg.Connection[Any], row: _Witness, pid: int, start: Any
+    ) -> tuple[str, bytes | None]:
+        """``(status, the key of the row the witness names)`` (see :meth:`_resolve`)."""
         alive = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE pid = %s AND backend_start = %s",
             (pid, start),
         ).fetchall()
         if alive or not pid:
-            return "in progress"  # ended now (or unknown): looked at again after a pause
-        table, key, value = row
+            return "in progress", None  # ended now (or unknown): looked at again after a pause
+        table, key, value, link = row
         found = conn.execute(self._sql[table].get, (key,), binary=True).fetchone()
-        return "committed" if found is not None and bytes(found[0]) == value else "aborted"
+        if link is not None and found is not None:
+            landed = bytes(found[0])
+            found = conn.execute(self._sql[link[0]].get, (landed,), binary=True).fetchone()
+            if found is not None and bytes(found[0]) == value:
+                return "committed", landed
+            return "aborted", None
+        return ("committed" if found is not None and bytes(found[0]) == value else "aborted"), None
 
     def _assume_now(self) -> bool:
         """Whether the next write transaction runs on what this process knows (_Known)."""

@@ -38,6 +38,17 @@ every such row was updated (a division by zero when not, as for a failed asserti
 It checks the same as the assertion and the upsert did, with one index lookup instead of
 two, and without the upsert's speculative insertion (whose tuple lock is a WAL record of
 its own): a LangGraph step's rewritten rows (its thread's latest checkpoint) are such rows.
+
+Rows the server numbers (:meth:`Batch.number`: the log's frames and the stream index rows
+naming them) come first, moved by how far the log's greatest key, in the statement's
+snapshot, is past the key the client put them after; the statement's row says how far:
+
+    WITH w0 AS (SELECT coalesce((SELECT <k as int8> FROM log ORDER BY k DESC LIMIT 1), 0)
+                       - <$1 as int8> AS d),
+         w1 AS (INSERT INTO log (k, v) SELECT int8send(<u.k as int8> + w0.d), u.v
+                FROM unnest($2::bytea[], $3::bytea[]) AS u(k, v), w0),
+         w2 AS (INSERT INTO streams (k, v) SELECT u.k, int8send(<u.v as int8> + w0.d) ...), ...
+    SELECT 1 / (...)::int, (SELECT d FROM w0)
 """
 
 from __future__ import annotations
@@ -55,6 +66,7 @@ _ARRAY_HEADER = struct.Struct("!iiiii")  # dimensions, has nulls, element type; 
 _ITEM_LEN = struct.Struct("!i")
 _NULL_ITEM = _ITEM_LEN.pack(-1)
 _ONE_HEADER = _ARRAY_HEADER.pack(1, 0, BYTEA_OID, 1, 1)
+_U64 = "('x' || encode({}, 'hex'))::bit(64)::int8"  # an 8-byte big-endian key as int8
 _SIZED: tuple[type, ...] = (list, tuple, dict, type({}.keys()), type({}.values()))
 
 
@@ -91,7 +103,7 @@ def bytea_array(items: Iterable[bytes | bytearray | memoryview | None]) -> Bytea
 class Batch:
     """Assertions and writes queued by one write transaction since its last statement."""
 
-    __slots__ = ("checks", "deletes", "expects", "inserts", "updates", "upserts")
+    __slots__ = ("checks", "deletes", "expects", "inserts", "numbered", "updates", "upserts")
 
     def __init__(self) -> None:
         # table -> key -> the value assumed (None: absent)
@@ -104,16 +116,41 @@ class Batch:
         self.deletes: dict[str, dict[bytes, None]] = {}  # table -> keys deleted, in order
         # table -> key -> (the value asserted, the value written): compare and set
         self.updates: dict[str, dict[bytes, tuple[bytes, bytes]]] = {}
+        # rows numbered on the server (:meth:`number`): (table, index, the key the first
+        # row follows, the rows, the index rows naming them)
+        self.numbered: tuple[str, str, bytes, dict[bytes, bytes], dict[bytes, bytes]] | None = None
 
     def __bool__(self) -> bool:
         return bool(
-            self.expects
+            self.numbered
+            or self.expects
             or self.checks
             or self.inserts
             or self.upserts
             or self.deletes
             or self.updates
         )
+
+    def number(
+        self,
+        table: str,
+        after: bytes,
+        rows: list[tuple[bytes, bytes]],
+        index: str,
+        refs: list[tuple[bytes, bytes]],
+    ) -> None:
+        """Queue ``rows`` (8-byte big-endian keys, dense after ``after``) and the ``refs``
+        naming them (each ref's value one of those keys), all moved by the server by the
+        same amount: where ``table``'s greatest key, read by the statement, is above
+        ``after`` (``0`` when the table is empty). The statement's row says the amount.
+        Neither table may hold other writes of this batch (the caller's to ensure); a
+        later call for the same tables extends the rows (they follow on from the first's)."""
+        if self.numbered is None:
+            self.numbered = (table, index, after, dict(rows), dict(refs))
+            return
+        assert self.numbered[:2] == (table, index)
+        self.numbered[3].update(rows)
+        self.numbered[4].update(refs)
 
     def expect(self, table: str, key: bytes, value: bytes | None) -> None:
         self.expects.setdefault(table, {})[key] = value
@@ -232,10 +269,18 @@ class Batch:
             tuple(t for t, keys in self.deletes.items() if keys) if self.deletes else (),
             tuple(self.expects),
             tuple((kind, table) for kind, table, _ in self.checks) if self.checks else (),
+            self.numbered[:2] if self.numbered else None,
         )
 
     def params(self) -> list[Any]:
         out: list[Any] = []
+        if self.numbered:
+            _, _, after, rows, refs = self.numbered
+            out.append(after)
+            out.append(bytea_array(rows))
+            out.append(bytea_array(rows.values()))
+            out.append(bytea_array(refs))
+            out.append(bytea_array(refs.values()))
         for rows in itertools.chain(self.upserts.values(), self.inserts.values()):
             out.append(bytea_array(rows))
             out.append(bytea_array(rows.values()))
@@ -259,9 +304,28 @@ class Batch:
 def render(signature: tuple[Any, ...], ident: dict[str, str]) -> str:
     """The statement of a batch of ``signature`` (:meth:`Batch.signature`); ``ident``: each
     table's quoted ``schema."name"``."""
-    upserts, inserts, updates, deletes, expects, checks = signature
+    upserts, inserts, updates, deletes, expects, checks, numbered = signature
     rows = "INSERT INTO {} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[])"
-    writes = [
+    writes = []
+    moved = ""
+    if numbered:
+        # the table's greatest key, in the statement's snapshot (taken after the writers'
+        # lock, which orders the commits), less the key the client put its rows after
+        t, index = ident[numbered[0]], ident[numbered[1]]
+        writes.append(
+            f"SELECT coalesce((SELECT {_U64.format('k')} FROM {t} ORDER BY k DESC LIMIT 1), 0)"
+            f" - {_U64.format('%b::bytea')} AS d"
+        )
+        writes.append(
+            f"INSERT INTO {t} (k, v) SELECT int8send({_U64.format('u.k')} + w0.d), u.v"
+            " FROM unnest(%b::bytea[], %b::bytea[]) AS u(k, v), w0"
+        )
+        writes.append(
+            f"INSERT INTO {index} (k, v) SELECT u.k, int8send({_U64.format('u.v')} + w0.d)"
+            " FROM unnest(%b::bytea[], %b::bytea[]) AS u(k, v), w0"
+        )
+        moved = ", (SELECT d FROM w0)"
+    writes += [
         rows.format(ident[t]) + " ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v" for t in upserts
     ]
     writes += [rows.format(ident[t]) for t in inserts]
@@ -293,4 +357,5 @@ def render(signature: tuple[Any, ...], ident: dict[str, str]) -> str:
     if writes:
         head = "WITH " + ", ".join(f"w{i} AS ({w})" for i, w in enumerate(writes)) + " "
     tail = "SELECT 1" if not conds else f"SELECT 1 / ({' AND '.join(conds)})::int"
+    tail += moved
     return head + tail

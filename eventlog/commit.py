@@ -373,7 +373,12 @@ class GroupCommit:
                         frame.before_lock(txn, stream, sid)
 
         try:
-            new_ids = self.backend.run_write(self._write, before_lock=pre)
+            new_ids, txn = self.backend.run_write(self._write, before_lock=pre)
+            if moved := txn.moved():  # the backend numbered the log's rows: so do the results
+                self._gseq = None if self._gseq is None else self._gseq + moved
+                for it in items:
+                    if isinstance(res := it.result, Appended):
+                        it.result = msgspec.structs.replace(res, global_seq=res.global_seq + moved)
         except BaseException:
             self._tails.clear()  # they may hold what the aborted transaction appended
             self._gseq = None
@@ -436,9 +441,9 @@ class GroupCommit:
                 it.result = None
         self._resolve(batch)
 
-    def _write(self, txn: WriteTxn) -> dict[str, int]:
+    def _write(self, txn: WriteTxn) -> tuple[dict[str, int], WriteTxn]:
         """Append the items of :meth:`_run_write` in one transaction; returns the stream ids it
-        created or looked up (kept once it commits: a stream's id never changes)."""
+        created or looked up (kept once it commits: ids never change) and ``txn`` (its moved())."""
         items = self._writing
         self._attempts += 1
         if self._attempts > 1:  # a retry: what the aborted attempt cached never committed
@@ -455,7 +460,9 @@ class GroupCommit:
             sid, fresh = (known_sid, False) if known_sid else w.stream_id(stream)
             tail = tails.get(sid) or w.tail(sid, fresh)
             seq = tail[0] + 1
-            if it.expect_seq is not None and it.expect_seq != seq:
+            if it.expect_seq not in (None, seq) and sid not in w.pending_sids:
+                tail = tails[sid] = _read_tail(txn, sid)  # a kept tail may be stale: read it
+            if it.expect_seq is not None and it.expect_seq != (seq := tail[0] + 1):
                 it.result = SequenceConflict(
                     f"stream {stream!r} is at seq {tail[0]}, so this append would get seq "
                     f"{seq}, but it expected seq {it.expect_seq}; another writer appended "
@@ -488,8 +495,8 @@ class GroupCommit:
             w.write_pending()
         self._gseq, self._serial = w.gseq, w.serial
         if w.new_ids or w.found_ids:
-            return {**w.found_ids, **w.new_ids}
-        return {}
+            return {**w.found_ids, **w.new_ids}, txn
+        return {}, txn
 
     def _keep_buffered(self, batch: list[_Item], failure: StorageError) -> None:
         """After ``failure``: put the buffered frames of ``batch`` that it stopped back in
@@ -563,8 +570,8 @@ class GroupCommit:
 class _TxnWriter:
     """The state of one write transaction of :meth:`EventLog._write`.
 
-    Log and index rows are collected and written with one ``append_many`` / ``put_many``
-    each; :meth:`write_pending` runs before any deferred frame or effect (one that reads only
+    Log and index rows are collected and written with one ``append_indexed`` call;
+    :meth:`write_pending` runs before any deferred frame or effect (one that reads only
     its stream's rows: when that stream has some pending), so those see the transaction.
     """
 
@@ -662,8 +669,7 @@ class _TxnWriter:
 
     def write_pending(self) -> None:
         if self.log_rows:
-            self.txn.append_many(LOG, self.log_rows)
-            self.txn.put_many(STREAMS, self.index_rows)
+            self.txn.append_indexed(LOG, self.log_rows, STREAMS, self.index_rows)
             self.log_rows.clear()
             self.index_rows.clear()
             self.pending_sids.clear()

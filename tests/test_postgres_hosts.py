@@ -152,6 +152,21 @@ def _instance_counts(cl: CheckpointLog) -> dict[int, int]:
 
 @pytest.mark.slow
 @pytest.mark.long
+def _assert_dense_in_commit_order(cl: CheckpointLog) -> None:
+    """Global seqs 1, 2, 3 ... with no gap, and each stream's seqs 1, 2, 3 ... in that order:
+    the workers' streams of their own (``own-N``, whose commits the server numbers in the
+    log) as well as the fan-out they share."""
+    scanned = [(sf.global_seq, sf.stream, sf.seq) for sf in cl.log.scan()]
+    assert [g for g, _, _ in scanned] == list(range(1, len(scanned) + 1))
+    seqs: dict[str, list[int]] = {}
+    for _, stream, seq in scanned:
+        seqs.setdefault(stream, []).append(seq)
+    for stream, got in seqs.items():
+        assert got == list(range(1, len(got) + 1)), stream
+    assert "shared" in seqs
+    assert any(s.startswith("own-") for s in seqs)
+
+
 def test_workers_on_separate_hosts_survive_kills_and_cut_links(
     pg_schemas: PgSchemas, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -428,6 +443,7 @@ def test_workers_on_separate_hosts_survive_kills_and_cut_links(
         try:
             report = check.verify()
             assert report.ok, str(report)
+            _assert_dense_in_commit_order(check)
             counts = _instance_counts(check)
             twice = sorted(i for i, c in counts.items() if c > 1)
             assert not twice, f"instances saved twice: {twice[:20]} ({len(twice)})"

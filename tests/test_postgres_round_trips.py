@@ -283,3 +283,172 @@ def test_a_commit_sent_at_once_cut_off_lands_exactly_once(
             assert [k for k, _ in r.scan("a")] == [b"k1", b"k2", b"k3"]
     finally:
         backend.close()
+
+
+def test_writers_of_distinct_streams_let_the_server_number_the_log(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """Two writers (two processes' logs) take turns, each on a stream of its own: every commit
+    after the first goes in one round trip although the other moved the log's end, because
+    the server numbers the log's rows (after its greatest key, under the writers' lock); each
+    writer learns where its frames landed from the statement's answer: global seqs dense, in
+    commit order, and each ``Appended`` names its frame."""
+    from eventlog.log import EventLog  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    logs = [EventLog.open(url, frame_type=list), EventLog.open(url, frame_type=list)]
+    got = []
+    try:
+        backends = [log.backend for log in logs]
+        assert all(isinstance(b, PostgresBackend) for b in backends)
+        first: list[int] = []
+        for i in range(12):
+            w = i % 2
+            got.append(logs[w].append(f"own-{w}", [w, i]))
+            if i == 1:  # the first commits read (they know nothing yet); none after them
+                first = [b.held_across_client for b in backends]  # type: ignore[attr-defined]
+        assert [b.stale for b in backends] == [0, 0]  # type: ignore[attr-defined]
+        assert [b.held_across_client for b in backends] == first  # type: ignore[attr-defined]
+        assert [b.moved_commits for b in backends] == [5, 5]  # type: ignore[attr-defined]
+        assert [a.global_seq for a in got] == list(range(1, 13))
+        frames = list(logs[0].scan())
+        assert [(f.stream, f.seq, f.global_seq, f.checksum) for f in frames] == [
+            (a.stream, a.seq, a.global_seq, a.checksum) for a in got
+        ]
+        assert [f.frame for f in frames] == [[i % 2, i] for i in range(12)]
+        # and each goes on from where its frames landed
+        more = logs[1].append("own-1", [1, 12])
+        assert more is not None
+        assert (more.global_seq, more.seq) == (13, 7)
+        report = logs[0].verify()
+        assert report.ok, str(report)
+    finally:
+        for log in logs:
+            log.close()
+
+
+@pytest.mark.parametrize("cut", ["before COMMIT", "after COMMIT", "answer lost"])
+def test_a_commit_cut_after_the_server_numbered_its_rows_lands_exactly_once(
+    pg_schemas: PgSchemas,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    cut: str,
+) -> None:
+    """A commit whose log rows the server numbers (another writer appended since this one's
+    last commit) is cut off in its one round trip: its session ends before its COMMIT, after
+    it, or the server commits and every answer after ``BEGIN`` is lost. The writer learns its
+    fate from the stream index row it inserted (its key is the writer's; the log key is the
+    server's) and the frame at the position that row names, runs it again only if it was
+    rolled back, and the frame lands exactly once, where its ``Appended`` says."""
+    import psycopg  # noqa: PLC0415
+
+    from backends.postgres_fast import RawPipeline  # noqa: PLC0415
+    from eventlog.log import EventLog  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    ours = EventLog.open(url, frame_type=list)
+    other = EventLog.open(url, frame_type=list)
+    run = RawPipeline.run
+    cuts: list[int] = []
+
+    def cutting(self: RawPipeline, statements: Any, out: Any) -> None:
+        texts = [text for text, _ in statements]
+        if "COMMIT" not in texts or cuts:
+            run(self, statements, out)
+            return
+        cuts.append(1)
+        if cut == "answer lost":
+            got: list[Any] = []
+            run(self, statements, got)  # the server committed; its answers never arrive
+            out.append(got[0])
+            self.conn.close()
+            raise psycopg.OperationalError("the connection was lost (simulated)")
+        at = texts.index("COMMIT") + (cut == "after COMMIT")
+        statements = [
+            *statements[:at],
+            ("SELECT pg_terminate_backend(pg_backend_pid())", None),
+            *statements[at:],
+        ]
+        run(self, statements, out)
+
+    try:
+        ours.append("mine", ["a", 1])  # reads: ours knows the log's end after this
+        ours.append("mine", ["a", 2])
+        other.append("theirs", ["b", 1])  # moves the log's end
+        other.append("theirs", ["b", 2])
+        monkeypatch.setattr(RawPipeline, "run", cutting)
+        with caplog.at_level("WARNING", logger="ckptlog.postgres"):
+            done = ours.append("mine", ["a", 3])
+        monkeypatch.undo()
+        assert cuts == [1]
+        if cut == "before COMMIT":
+            assert "was cut off; it was rolled back" in caplog.text
+        else:
+            assert "was cut off; it had committed" in caplog.text
+            assert "rolled back" not in caplog.text
+        assert done is not None
+        assert (done.stream, done.seq, done.global_seq) == ("mine", 3, 5)
+        frames = list(ours.scan())
+        assert [(f.stream, f.seq, f.global_seq) for f in frames] == [
+            ("mine", 1, 1), ("mine", 2, 2), ("theirs", 1, 3), ("theirs", 2, 4), ("mine", 3, 5)
+        ]
+        assert frames[-1].checksum == done.checksum
+        after = ours.append("mine", ["a", 4])  # goes on
+        assert after is not None
+        assert (after.seq, after.global_seq) == (4, 6)
+        report = ours.verify()
+        assert report.ok, str(report)
+    finally:
+        ours.close()
+        other.close()
+
+
+def test_an_expected_seq_is_checked_against_the_stored_tail_not_a_kept_one(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """Two writers append to one stream, the second with ``expect_seq``: the first writer's
+    kept tail of the stream is stale (the server numbers the log, so nothing else told it the
+    other wrote), so it reads the stored tail before reporting a conflict: an append that
+    expects the stored tail's next seq lands, one that expects an older one is refused."""
+    import asyncio  # noqa: PLC0415
+
+    from eventlog.errors import SequenceConflict  # noqa: PLC0415
+    from eventlog.log import Appended, EventLog  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    a, b = EventLog.open(url, frame_type=list), EventLog.open(url, frame_type=list)
+    try:
+        a.append("s", ["a", 1])
+        a.append("mine", ["a", 2])  # a knows the log's end and the tail of "s"
+        b.append("s", ["b", 1])
+        commits = a.backend.commits  # type: ignore[attr-defined]
+
+        async def both() -> list[Appended | None]:
+            # one commit: the server numbers the frame of "mine" (b moved the log's end)
+            return await asyncio.gather(
+                a.append_async("mine", ["a", 2]), a.append_async("s", ["a", 3], expect_seq=3)
+            )
+
+        mine, got = asyncio.run(both())
+        assert a.backend.commits - commits == 1  # type: ignore[attr-defined]
+        assert mine is not None
+        assert got is not None
+        assert got.seq == 3
+        with pytest.raises(SequenceConflict):
+            a.append("s", ["a", 4], expect_seq=3)
+        b.append("s", ["b", 2])
+        with pytest.raises(SequenceConflict):
+            a.append("s", ["a", 5], expect_seq=4)
+        got = a.append("s", ["a", 6], expect_seq=5)
+        assert got is not None
+        assert got.seq == 5
+        frames = list(a.scan())
+        assert [f.global_seq for f in frames] == list(range(1, 8))
+        assert frames[got.global_seq - 1].checksum == got.checksum
+        assert [f.seq for f in a.read_stream("s")] == [1, 2, 3, 4, 5]
+        report = a.verify()
+        assert report.ok, str(report)
+    finally:
+        a.close()
+        b.close()
