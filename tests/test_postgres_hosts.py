@@ -150,8 +150,6 @@ def _instance_counts(cl: CheckpointLog) -> dict[int, int]:
     return counts
 
 
-@pytest.mark.slow
-@pytest.mark.long
 def _assert_dense_in_commit_order(cl: CheckpointLog) -> None:
     """Global seqs 1, 2, 3 ... with no gap, and each stream's seqs 1, 2, 3 ... in that order:
     the workers' streams of their own (``own-N``, whose commits the server numbers in the
@@ -167,6 +165,8 @@ def _assert_dense_in_commit_order(cl: CheckpointLog) -> None:
     assert any(s.startswith("own-") for s in seqs)
 
 
+@pytest.mark.slow
+@pytest.mark.long
 def test_workers_on_separate_hosts_survive_kills_and_cut_links(
     pg_schemas: PgSchemas, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
