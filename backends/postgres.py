@@ -985,6 +985,7 @@ class _PgWrite(_PgRead, WriteTxn):
         if (
             not pairs
             or not self.assuming
+            or not self._owner.numbering
             or (numbering is None and (table in self.touched or index in self.touched))
             or (numbering is not None and numbering != (table, index))
             or index in self.pruned
@@ -1486,6 +1487,11 @@ class PostgresBackend(Backend):
         self.held_across_client = 0
         # Commits whose log rows the server numbered after another writer's (moved them).
         self.moved_commits = 0
+        # Whether a commit on assumptions lets the server number the log's rows: once one of
+        # this process's commits went stale (another writer shares the log). A lone writer
+        # keeps asserting the log's end it knows, which costs the server and this client less
+        # (a single-writer append: ~213 against ~250 µs, client CPU ~132 against ~148 µs).
+        self.numbering = False
         self.held_client_s = 0.0
         self.held_client_cpu_s = 0.0
         # rendered statements of the write batches met (postgres_batch.render)
@@ -1704,6 +1710,7 @@ class PostgresBackend(Backend):
 
     def _stale_assumption(self) -> None:
         self.stale += 1
+        self.numbering = True  # another writer: let the server number the log from now on
         self._assume_backoff = min(max(1, 2 * self._assume_backoff), ASSUME_BACKOFF_MAX)
         self._assume_skip = self._assume_backoff
 

@@ -288,11 +288,13 @@ def test_a_commit_sent_at_once_cut_off_lands_exactly_once(
 def test_writers_of_distinct_streams_let_the_server_number_the_log(
     pg_schemas: PgSchemas, tmp_path: Path
 ) -> None:
-    """Two writers (two processes' logs) take turns, each on a stream of its own: every commit
-    after the first goes in one round trip although the other moved the log's end, because
-    the server numbers the log's rows (after its greatest key, under the writers' lock); each
-    writer learns where its frames landed from the statement's answer: global seqs dense, in
-    commit order, and each ``Appended`` names its frame."""
+    """Two writers (two processes' logs) take turns, each on a stream of its own. A lone
+    writer asserts the log's end it knows; each writer's first commit on an end the other
+    moved goes stale once (and runs again, reading for real), and from then on the server
+    numbers its log rows (after its greatest key, under the writers' lock): every later
+    commit goes in one round trip although the other moved the log's end, and each writer
+    learns where its frames landed from the statement's answer: global seqs dense, in commit
+    order, and each ``Appended`` names its frame."""
     from eventlog.log import EventLog  # noqa: PLC0415
 
     url = pg_schemas.url(tmp_path)
@@ -305,11 +307,14 @@ def test_writers_of_distinct_streams_let_the_server_number_the_log(
         for i in range(12):
             w = i % 2
             got.append(logs[w].append(f"own-{w}", [w, i]))
-            if i == 1:  # the first commits read (they know nothing yet); none after them
+            if i == 1:  # the first commits read (they know nothing yet): a lone writer each
+                assert [b.numbering for b in backends] == [False, False]  # type: ignore[attr-defined]
+            if i == 3:  # each went stale once (i = 2, 3), ran again reading for real
                 first = [b.held_across_client for b in backends]  # type: ignore[attr-defined]
-        assert [b.stale for b in backends] == [0, 0]  # type: ignore[attr-defined]
+        assert [b.stale for b in backends] == [1, 1]  # type: ignore[attr-defined]
+        assert [b.numbering for b in backends] == [True, True]  # type: ignore[attr-defined]
         assert [b.held_across_client for b in backends] == first  # type: ignore[attr-defined]
-        assert [b.moved_commits for b in backends] == [5, 5]  # type: ignore[attr-defined]
+        assert [b.moved_commits for b in backends] == [4, 4]  # type: ignore[attr-defined]
         assert [a.global_seq for a in got] == list(range(1, 13))
         frames = list(logs[0].scan())
         assert [(f.stream, f.seq, f.global_seq, f.checksum) for f in frames] == [
@@ -374,9 +379,11 @@ def test_a_commit_cut_after_the_server_numbered_its_rows_lands_exactly_once(
 
     try:
         ours.append("mine", ["a", 1])  # reads: ours knows the log's end after this
-        ours.append("mine", ["a", 2])
         other.append("theirs", ["b", 1])  # moves the log's end
-        other.append("theirs", ["b", 2])
+        ours.append("mine", ["a", 2])  # stale once (another writer): numbered from now on
+        ours.append("mine", ["a", 2.5])  # numbered (nothing moved the log's end since)
+        other.append("theirs", ["b", 2])  # moves the log's end
+        assert ours.backend.numbering  # type: ignore[attr-defined]
         monkeypatch.setattr(RawPipeline, "run", cutting)
         with caplog.at_level("WARNING", logger="ckptlog.postgres"):
             done = ours.append("mine", ["a", 3])
@@ -388,15 +395,16 @@ def test_a_commit_cut_after_the_server_numbered_its_rows_lands_exactly_once(
             assert "was cut off; it had committed" in caplog.text
             assert "rolled back" not in caplog.text
         assert done is not None
-        assert (done.stream, done.seq, done.global_seq) == ("mine", 3, 5)
+        assert (done.stream, done.seq, done.global_seq) == ("mine", 4, 6)
         frames = list(ours.scan())
         assert [(f.stream, f.seq, f.global_seq) for f in frames] == [
-            ("mine", 1, 1), ("mine", 2, 2), ("theirs", 1, 3), ("theirs", 2, 4), ("mine", 3, 5)
-        ]
+            ("mine", 1, 1), ("theirs", 1, 2), ("mine", 2, 3), ("mine", 3, 4), ("theirs", 2, 5),
+            ("mine", 4, 6),
+        ]  # fmt: skip
         assert frames[-1].checksum == done.checksum
         after = ours.append("mine", ["a", 4])  # goes on
         assert after is not None
-        assert (after.seq, after.global_seq) == (4, 6)
+        assert (after.seq, after.global_seq) == (5, 7)
         report = ours.verify()
         assert report.ok, str(report)
     finally:
