@@ -18,22 +18,8 @@ from eventlog.checkpoint_frames import (
 from eventlog.checkpoints import CheckpointLog
 from eventlog.frames import Save, Snapshot
 from eventlog.materialized import Book, book_after
-from eventlog.records import (
-    NOT_STARTED,
-    CheckpointRecord,
-    FanOutInstanceProgress,
-    FanOutInternalSaveBatching,
-    FanOutProgress,
-)
-from eventlog.testing import assert_history_consistent
-
-
-def _job(n: int) -> CheckpointRecord:
-    return CheckpointRecord(
-        invocation_id="job", correlation_id="c", state={"s": 1}, completed_positions=(),
-        parent_states=(), last_saved_at=1.0, schema_version="1",
-        fan_out_progress=(FanOutProgress("fan", (), n, (NOT_STARTED,) * n),),
-    )  # fmt: skip
+from eventlog.records import NOT_STARTED, FanOutInstanceProgress, FanOutInternalSaveBatching
+from eventlog.testing import assert_history_consistent, fan_out, make_record
 
 
 def _run(tmp_path: Path, n: int, paged_over: int | None) -> CheckpointLog:
@@ -42,7 +28,16 @@ def _run(tmp_path: Path, n: int, paged_over: int | None) -> CheckpointLog:
     )
     if paged_over is not None:
         cl.snapshot_instances_max = paged_over
-    cl.save("job", _job(n))
+    cl.save(
+        "job",
+        make_record(
+            "job",
+            correlation_id="c",
+            state={"s": 1},
+            schema_version="1",
+            fan_outs=(fan_out("fan", (NOT_STARTED,) * n, namespace=()),),
+        ),
+    )
     for i in range(n):  # in index order, as a fan-out's results mostly come
         cl.save_instance("job", "fan", i, FanOutInstanceProgress("completed", {"i": i, "r": "x"}))
     cl.flush()
