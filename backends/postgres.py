@@ -265,14 +265,17 @@ class _Sql:
 
         self.get = r("SELECT v FROM {t} WHERE k = %b")
         self.get_many = r("SELECT k, v FROM {t} WHERE k = ANY(%b::bytea[])")
-        # get_many_linked: the rows asked for, then those the link row names, joined in the
-        # statement (its value: a zero byte, then keys of a width, each stored after a prefix)
+        # get_many_linked: the rows asked for, then those the link row names, in the one
+        # statement (its value: a zero byte, then keys of a width, each stored after a prefix).
+        # The named keys are built first, as an array the primary key is then probed with: a
+        # join on them was planned as a scan of the whole table (the planner counts 1,000 rows
+        # for generate_series), so a read grew with the rows the table holds (issue #27).
         self.linked = r(
             "SELECT k, v, false FROM {t} WHERE k = ANY(%b::bytea[]) UNION ALL "
-            "SELECT d.k, d.v, true FROM {t} AS r "
+            "SELECT d.k, d.v, true FROM {t} AS d WHERE d.k = ANY(ARRAY("
+            "SELECT %b::bytea || substring(r.v FROM i FOR %b::int) FROM {t} AS r "
             "CROSS JOIN LATERAL generate_series(2, length(r.v) - %b::int + 1, %b::int) AS i "
-            "JOIN {t} AS d ON d.k = %b::bytea || substring(r.v FROM i FOR %b::int) "
-            "WHERE r.k = %b AND substring(r.v FROM 1 FOR 1) = '\\x00'::bytea "
+            "WHERE r.k = %b AND substring(r.v FROM 1 FOR 1) = '\\x00'::bytea)) "
             "AND NOT d.k = ANY(%b::bytea[])"  # rows the caller holds: never detoasted or sent
         )
         self.last = r("SELECT k FROM {t} ORDER BY k DESC LIMIT 1")
@@ -394,7 +397,7 @@ class _PgRead(ReadTxn):
         if s is None:
             return [None] * len(keys), []
         ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
-        args = (_bytea_array(ok), width, width, prefix, width, link, _bytea_array(list(skip)))
+        args = (_bytea_array(ok), prefix, width, width, width, link, _bytea_array(list(skip)))
         rows = self._q(s.linked, args)
         found = {bytes(k): v for k, v, named in rows if not named}
         return [found.get(k) for k in keys], [(bytes(k), v) for k, v, named in rows if named]
