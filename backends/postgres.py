@@ -89,7 +89,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -1723,10 +1723,20 @@ class PostgresBackend(Backend):
 
     # -- schema --------------------------------------------------------------------------------
 
-    def _open_schema(self, conn: psycopg.Connection[Any], marker: str | None) -> None:
-        """Check every table name the log would use, then create the missing ones: nothing
-        is created or written in a schema that holds a table of one of those names that
-        ckptlog did not create (:meth:`_check_foreign`)."""
+    def _open_schema(
+        self,
+        conn: psycopg.Connection[Any],
+        marker: str | None,
+        names: Sequence[str] | None = None,
+        *,
+        create: bool = True,
+    ) -> None:
+        """Check every table name the log would use (``names``: those added after opening),
+        then create the missing ones (unless ``create`` is false or the log is read-only):
+        nothing is created or written in a schema that holds a table of one of those names
+        that ckptlog did not create (:meth:`_check_foreign`). The tables found or created
+        become usable (:attr:`_present`)."""
+        names = self._tables if names is None else names
         where = f"opening {self.location!r}"
         try:
             found = self._existing(conn)
@@ -1735,9 +1745,9 @@ class PostgresBackend(Backend):
                     f"no ckptlog log at {self.location!r}: schema {self.schema!r} does not "
                     "exist; check the URL's schema, or open it writable to create a new log"
                 )
-            self._check_foreign(found or {}, marker)
-            missing = [t for t in self._tables if t not in (found or {})]
-            if missing and not self.readonly:
+            self._check_foreign(found or {}, marker, names)
+            missing = [t for t in names if t not in (found or {})]
+            if missing and create and not self.readonly:
                 # One transaction under the writers' lock: the schema is checked again once
                 # the lock is held (another process may have created tables meanwhile), and
                 # the tables are created only if it still passes. Not flushed at its commit:
@@ -1748,8 +1758,8 @@ class PostgresBackend(Backend):
                         f"SELECT pg_advisory_xact_lock({self._key})"
                     )
                     found = self._existing(conn)
-                    self._check_foreign(found or {}, marker)
-                    missing = [t for t in self._tables if t not in (found or {})]
+                    self._check_foreign(found or {}, marker, names)
+                    missing = [t for t in names if t not in (found or {})]
                     statements = [
                         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
                             sql.Identifier(self.schema)
@@ -1760,7 +1770,7 @@ class PostgresBackend(Backend):
                 found = self._existing(conn)
         except psycopg.Error as e:
             raise _storage_error(e, where) from e
-        self._present = {t for t in self._tables if t in (found or {})}
+        self._present = self._present | {t for t in names if t in (found or {})}
 
     def _existing(
         self, conn: psycopg.Connection[Any]
@@ -1787,13 +1797,16 @@ class PostgresBackend(Backend):
         return tables
 
     def _check_foreign(
-        self, found: dict[str, list[tuple[str, str, str]]], marker: str | None
+        self,
+        found: dict[str, list[tuple[str, str, str]]],
+        marker: str | None,
+        names: Sequence[str],
     ) -> None:
-        """Refuse a schema that holds, under a name this log uses, a table ckptlog did not
-        create. ckptlog's tables are ``(k bytea, v bytea)`` with ``v`` stored ``EXTERNAL``
-        (:func:`_ddl`, since the first version): a table of that shape with the default
-        storage was made by someone else, however alike."""
-        for t in self._tables:
+        """Refuse a schema that holds, under a name this log uses (``names``), a table
+        ckptlog did not create. ckptlog's tables are ``(k bytea, v bytea)`` with ``v`` stored
+        ``EXTERNAL`` (:func:`_ddl`, since the first version): a table of that shape with the
+        default storage was made by someone else, however alike."""
+        for t in names:
             if t not in found:
                 continue
             cols = [(c, ty) for c, ty, _ in found[t]]
@@ -1828,6 +1841,26 @@ class PostgresBackend(Backend):
     @property
     def location(self) -> str:
         return redact(self._url)
+
+    def add_tables(self, tables: Iterable[str], *, create: bool) -> tuple[str, ...]:
+        """Tables usable from now on besides those declared at opening (a view's): those the
+        schema holds, checked as at opening, and with ``create`` (a writable log) the missing
+        ones created; returns those now usable, in order. A table declared and absent reads
+        as empty, as at opening."""
+        names = tuple(dict.fromkeys(tables))
+        todo = [t for t in names if t not in self._present]
+        if todo:
+            self._check()
+            for t in todo:
+                if t not in self._sql:
+                    self._sql[t] = _Sql(self.schema, t)
+            self._tables = (*self._tables, *(t for t in todo if t not in self._tables))
+            conn = self._reader()
+            try:
+                self._open_schema(conn, None, todo, create=create)
+            finally:
+                self._give_back(conn)
+        return tuple(t for t in names if t in self._present)
 
     @property
     def max_key_bytes(self) -> int:

@@ -841,6 +841,35 @@ class BackendContract:
         with pytest.raises(LogClosed, match=r"is closed"):
             ro.write().__enter__()  # closed wins over read-only
 
+    def test_tables_added_after_opening_are_read_and_written(self, tmp_path: Path) -> None:
+        """``add_tables``: ``create=True`` makes a table usable in a writable store; a store
+        opened again (read-only too) reads it once added with ``create=False``, which never
+        creates one (a table it leaves out reads as if absent, never an error); the tables
+        declared at opening stay as they were (the CLI reads an integration's tables this
+        way, on every backend)."""
+        rw = self.make_backend(tmp_path)
+        try:
+            assert rw.add_tables(["c", "a"], create=True) == ("c", "a")
+            rw.run_write(_put("c", b"k", b"in c"))
+            with rw.read() as r:
+                assert r.get("c", b"k") == b"in c"
+                assert r.get("a", b"k") is None
+        finally:
+            rw.close()
+        ro = self.make_backend(tmp_path, readonly=True)
+        try:
+            assert ro.add_tables(["c"], create=False) == ("c",)
+            added = ro.add_tables(["c", "never"], create=False)
+            assert added[:1] == ("c",)
+            assert set(added) <= {"c", "never"}
+            with ro.read() as r:
+                assert r.get("c", b"k") in (b"in c", None)  # None: a memory store starts empty
+                for table in added[1:]:
+                    assert r.get(table, b"k") is None
+                assert r.get("a", b"k") is None
+        finally:
+            ro.close()
+
     def test_durability_is_checked(self, tmp_path: Path) -> None:
         with pytest.raises(
             CheckpointError,

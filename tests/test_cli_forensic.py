@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -62,7 +63,7 @@ class _State(TypedDict):
     n: int
 
 
-def _langgraph_log(path: Path) -> None:
+def _langgraph_log(path: Path | str) -> None:
     from langgraph.graph import END, START, StateGraph  # noqa: PLC0415
 
     from eventlog.integrations.langgraph import LmdbSaver  # noqa: PLC0415
@@ -97,13 +98,22 @@ def _langgraph_log(path: Path) -> None:
         )
 
 
-@pytest.fixture(scope="module")
-def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+@pytest.fixture(scope="module", params=["lmdb", "postgres"])
+def logs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """A log of each integration, on LMDB and on PostgreSQL (the CLI once failed to read the
+    integrations' tables of a PostgreSQL log, and ``verify`` skipped its views)."""
+    from pg_schemas import PgSchemas  # noqa: PLC0415
+
     from eventlog.integrations.apflow import LogCheckpointManager  # noqa: PLC0415
     from eventlog.integrations.techrevati import LogSaver  # noqa: PLC0415
 
     base = tmp_path_factory.mktemp("integrations")
-    paths = {k: base / k for k in ("lg", "tr", "ap")}
+    schemas = PgSchemas()
+    paths: dict[str, Any] = {k: base / k for k in ("lg", "tr", "ap")}
+    if request.param == "postgres":
+        paths = {k: schemas.url(v) for k, v in paths.items()}
     _langgraph_log(paths["lg"])
     with LogSaver.open(paths["tr"]) as s:
         s.put("th-1", {"x": 1})
@@ -117,10 +127,11 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         m.close()
 
     asyncio.run(apflow())
-    return paths
+    yield paths
+    schemas.drop_all()
 
 
-def test_langgraph_thread_show_diff_history_replay_export(logs: dict[str, Path]) -> None:
+def test_langgraph_thread_show_diff_history_replay_export(logs: dict[str, Any]) -> None:
     lg = str(logs["lg"])
     listed = ckptlog("ls", lg)
     assert listed.returncode == EXIT_OK, listed.stderr
@@ -176,7 +187,42 @@ def test_langgraph_thread_show_diff_history_replay_export(logs: dict[str, Path])
     assert views[-1]["view"]["channel_values"]["n"] == 60
 
 
-def test_techrevati_and_apflow_streams(logs: dict[str, Path]) -> None:
+def test_verify_checks_the_langgraph_views_of_a_postgresql_log(
+    pg_schemas: Any, tmp_path: Path
+) -> None:
+    """``ckptlog verify`` of a PostgreSQL log folds a LangGraph thread's frames and compares
+    its view rows, as on LMDB: a changed ``lg_blobs`` row is reported (exit 1). It used to
+    leave the views out (the opened log did not have their tables) and answer OK."""
+    import psycopg  # noqa: PLC0415
+    from psycopg import sql  # noqa: PLC0415
+
+    from eventlog.integrations.langgraph import LmdbSaver  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    with LmdbSaver.open(url, durability="process") as saver:
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        for step in range(3):
+            cp: Any = {"v": 4, "id": f"{step:032d}", "ts": "2026-11-29T00:00:00+00:00",
+                       "channel_values": {"n": step}, "channel_versions": {"n": step + 1},
+                       "versions_seen": {}}  # fmt: skip
+            config = saver.put(config, cp, {"step": step}, {"n": step + 1})
+    clean = ckptlog("verify", url)
+    assert clean.returncode == EXIT_OK, clean.stdout + clean.stderr
+    schema = url.split("schema=", 1)[1]
+    with psycopg.connect(pg_schemas.base_url, autocommit=True) as conn:
+        table = sql.Identifier(schema, "lg_blobs")
+        first = sql.SQL("(SELECT k FROM {} ORDER BY k LIMIT 1)").format(table)
+        changed = conn.execute(
+            sql.SQL("UPDATE {} SET v = %s WHERE k = {}").format(table, first), (bytes(8),)
+        ).rowcount
+    assert changed == 1
+    damaged = ckptlog("verify", url)
+    assert damaged.returncode == EXIT_PROBLEMS, damaged.stdout + damaged.stderr
+    assert "[projection]" in damaged.stdout
+    assert "lg blobs rows differ from the fold" in damaged.stdout
+
+
+def test_techrevati_and_apflow_streams(logs: dict[str, Any]) -> None:
     tr, ap = str(logs["tr"]), str(logs["ap"])
     assert re.search(r"techrevati:th-1\s.*techrevati thread", ckptlog("ls", tr).stdout)
     doc = json.loads(ckptlog("show", tr, "th-1", "--json").stdout)
@@ -211,7 +257,7 @@ def test_a_stream_of_application_events_is_refused_not_called_deleted(tmp_path: 
     assert "event" in hist.stdout
 
 
-def test_unknown_id_suggests_close_ones(logs: dict[str, Path], real_log: Path) -> None:
+def test_unknown_id_suggests_close_ones(logs: dict[str, Any], real_log: Path) -> None:
     proc = ckptlog("show", str(real_log), "fanout-demo1")
     assert proc.returncode == EXIT_USAGE
     assert f"did you mean '{DEMO}'" in one_error_line(proc)
@@ -434,6 +480,10 @@ def test_compact_dest_errors_are_usage_errors_and_create_nothing(
     assert "internal error" not in line
     assert "not writable" in line
     assert list(locked.iterdir()) == []
+    url = "postgresql://postgres@127.0.0.1:5432/test?schema=never_made"
+    pg = ckptlog("compact", str(real_log), url)  # a URL is not a directory: say what to do
+    assert pg.returncode == EXIT_USAGE, pg.stdout + pg.stderr
+    assert "compact to a directory, then `ckptlog copy DIR URL`" in one_error_line(pg)
 
 
 # -- investigators' options ----------------------------------------------------------------------
@@ -518,7 +568,7 @@ def test_version_and_bench_help() -> None:
 
 
 def test_history_changed_finds_the_first_seq_that_changed_a_path(
-    real_log: Path, logs: dict[str, Path]
+    real_log: Path, logs: dict[str, Any]
 ) -> None:
     def seqs(log: Path, inv: str, *args: str) -> list[int]:
         proc = ckptlog("history", str(log), inv, "--json", *args)
@@ -542,7 +592,7 @@ def test_history_changed_finds_the_first_seq_that_changed_a_path(
 
 
 def test_search_across_invocations_for_a_value_or_an_id(
-    real_log: Path, logs: dict[str, Path]
+    real_log: Path, logs: dict[str, Any]
 ) -> None:
     from eventlog.demo import work  # noqa: PLC0415
 

@@ -94,6 +94,12 @@ def run(ctx: Ctx) -> int:
 
 def check_dest_parent(dest: str) -> None:
     """DEST goes in an existing, writable directory: never create its parents silently."""
+    if dest.split("://", 1)[0] in ("postgresql", "postgres"):
+        raise CliError(
+            f"cannot write DEST {dest!r}: compact writes a new LMDB log (a directory); to "
+            "compact into PostgreSQL, compact to a directory, then `ckptlog copy DIR URL`",
+            USAGE,
+        )
     parent = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(parent):
         raise CliError(
