@@ -446,9 +446,8 @@ class GroupCommit:
         items = self._writing
         self._attempts += 1
         if self._attempts > 1:  # a retry: what the aborted attempt cached never committed
-            self._gseq = None  # nor the tails it set (and a kept one may be why it failed)
-            for sid in self._wrote if self.backend.tails_checked else list(self._tails):
-                self._tails.pop(sid, None)
+            self._gseq = None  # nor the tails it set (dropped here; the others: _TxnWriter)
+            self._tails = {s: t for s, t in self._tails.items() if s not in self._wrote}
         self._wrote = set()
         if self.txn_hooks is not None:
             self.txn_hooks.begin()
@@ -609,9 +608,10 @@ class _TxnWriter:
         else:
             last = txn.last_key(LOG)
         found = U64.unpack(last)[0] if last is not None else 0
-        if log._gseq != found:  # first commit, or another process appended: the tails
-            if not log.backend.tails_checked:  # kept hold only if the backend checks them
-                self.tails.clear()
+        if log._gseq != found:  # first commit, or another process appended: kept tails go,
+            keep = log.backend.tails_checked  # but where the backend checks them: then only
+            for sid in [self.known.get(it.stream, 0) for it in items] if keep else [*self.tails]:
+                self.tails.pop(sid, None)  # those of the streams written (read again here)
             if item is not None:
                 self._tail_of_last(item[1], log.chain_key)
         self.gseq = found
