@@ -37,7 +37,11 @@ Invariants:
   a stream's tail another writer moved still does, by the plain insert of its index row. The
   global seq stays dense and in commit order (the lock orders the commits). A transaction that
   reads something for real asserts the log's end as before (its rows then stay where it put
-  them): what it read and what it wrote never mix numberings.
+  them): what it read and what it wrote never mix numberings. Once the server numbers the log
+  (``PostgresBackend.numbering``, set by the process's first stale commit), every write
+  transaction inserts its stream index rows as new, one that reads for real too, so a stream
+  tail the writer kept while other writers appended is checked by the server
+  (``Backend.tails_checked``): a stale one fails the commit, which runs again.
   A failed assertion aborts the pipeline: the transaction is rolled back and runs again reading
   for real (:class:`_StaleAssumption`, counted in ``stale``), and the next ones read for real
   for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
