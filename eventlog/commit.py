@@ -174,7 +174,7 @@ class GroupCommit:
     _failed_lost: int
     _committing: bool
     _tails: dict[int, tuple[int, bytes]]
-    _wrote: set[int]  # streams whose tails this commit's attempt set (_TxnWriter.add)
+    _wrote: set[int]  # streams whose tails this commit's attempts set (_TxnWriter.add)
     _gseq: int | None
     # The serial of the transaction that last wrote _gseq (WriteTxn.serial): while the next
     # one's follows it, nothing was committed in between and the log's end need not be read.
@@ -343,8 +343,7 @@ class GroupCommit:
         except ENCODE_ERRORS:
             raw = ser.encode(frame)  # raises EncodingError, naming the path
         item.payload, item.flags = self._compressor.compress(raw, fast)
-        stored = len(item.payload) + HEADER_BYTES
-        limit = self.frame_bytes_max
+        stored, limit = len(item.payload) + HEADER_BYTES, self.frame_bytes_max
         if stored > limit or len(raw) + HEADER_BYTES > limit:
             raise FrameTooLarge(
                 f"frame for stream {item.stream!r} is {stored} bytes stored "
@@ -445,10 +444,10 @@ class GroupCommit:
         created or looked up (kept once it commits: ids never change) and ``txn`` (its moved())."""
         items = self._writing
         self._attempts += 1
-        if self._attempts > 1:  # a retry: what the aborted attempt cached never committed
-            self._gseq = None  # nor the tails it set (dropped here; the others: _TxnWriter)
-            self._tails = {s: t for s, t in self._tails.items() if s not in self._wrote}
-        self._wrote = set()
+        if self._attempts > 1:  # a retry: what the aborted attempt cached never committed,
+            self._gseq = None  # the tails it set among it (_TxnWriter drops them: _wrote)
+        else:
+            self._wrote = set()
         if self.txn_hooks is not None:
             self.txn_hooks.begin()
         w = _TxnWriter(self, txn, items)
@@ -608,10 +607,11 @@ class _TxnWriter:
         else:
             last = txn.last_key(LOG)
         found = U64.unpack(last)[0] if last is not None else 0
-        if log._gseq != found:  # first commit, or another process appended: kept tails go,
-            keep = log.backend.tails_checked  # but where the backend checks them: then only
-            for sid in [self.known.get(it.stream, 0) for it in items] if keep else [*self.tails]:
-                self.tails.pop(sid, None)  # those of the streams written (read again here)
+        if log._gseq != found:  # first commit, or another process appended: kept tails go
+            if not log.backend.tails_checked:  # (where the backend checks them, only those of
+                self.tails.clear()  # the streams written, read again, and those a retry set)
+            for sid in [*(self.known.get(it.stream, 0) for it in items), *self.wrote]:
+                self.tails.pop(sid, None)
             if item is not None:
                 self._tail_of_last(item[1], log.chain_key)
         self.gseq = found
