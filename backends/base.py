@@ -225,6 +225,17 @@ class Backend(abc.ABC):
         """The longest key the backend accepts."""
 
     @property
+    def tails_checked(self) -> bool:
+        """Whether every write transaction inserts the index rows of
+        :meth:`WriteTxn.append_indexed` as new rows, so that a key another writer took fails
+        the transaction (:class:`RetryableWrite`, run again) instead of being overwritten: a
+        writer may then keep what it knows of its streams' tails while other writers append
+        to the log, a stale one costing a retry, never a wrong frame. ``False`` (the
+        default: LMDB and memory overwrite index rows; the writer keeps tails only while
+        nobody else appended)."""
+        return False
+
+    @property
     def layout_version(self) -> int:
         """The storage layout this backend keeps the tables in: 1, or more when a ckptlog that
         reads only format 1 would misread it (an LMDB log with folded tables: 2). A new log's

@@ -37,7 +37,11 @@ Invariants:
   a stream's tail another writer moved still does, by the plain insert of its index row. The
   global seq stays dense and in commit order (the lock orders the commits). A transaction that
   reads something for real asserts the log's end as before (its rows then stay where it put
-  them): what it read and what it wrote never mix numberings.
+  them): what it read and what it wrote never mix numberings. Once the server numbers the log
+  (``PostgresBackend.numbering``, set by the process's first stale commit), every write
+  transaction inserts its stream index rows as new, one that reads for real too, so a stream
+  tail the writer kept while other writers appended is checked by the server
+  (``Backend.tails_checked``): a stale one fails the commit, which runs again.
   A failed assertion aborts the pipeline: the transaction is rolled back and runs again reading
   for real (:class:`_StaleAssumption`, counted in ``stale``), and the next ones read for real
   for a while (1, 2, 4 ... 64 transactions), so writers that keep meeting each other's
@@ -597,6 +601,9 @@ class _PgWrite(_PgRead, WriteTxn):
         # how far it moved them is learned from its answer (or, cut off, from the witness).
         self.numbered_final = False
         self.moved_by: int | None = None
+        # Index rows inserted as new in a transaction that reads for real (_insert_refs): a
+        # key another writer took fails it as a failed assumption does.
+        self.inserted_refs = False
 
     @property
     def _conn(self) -> psycopg.Connection[Any]:
@@ -996,7 +1003,14 @@ class _PgWrite(_PgRead, WriteTxn):
             or table not in self._owner._present
             or index not in self._owner._present
         ):
-            super().append_indexed(table, pairs, index, refs)
+            if not refs or not self._owner.numbering:
+                super().append_indexed(table, pairs, index, refs)
+                return
+            # The writer may have kept a stream's tail another writer moved
+            # (PostgresBackend.tails_checked): the index rows are plain inserts here too, so
+            # such a tail fails the transaction (it runs again reading what is stored).
+            self.append_many(table, pairs)
+            self._insert_refs(index, refs)
             return
         self._pre.pop(table, None)
         self._pre.pop(index, None)
@@ -1025,6 +1039,26 @@ class _PgWrite(_PgRead, WriteTxn):
         for k, v in links:
             self.seen[index, k] = v
             self._refs[k] = v
+            self._saw(index, k, v)
+
+    def checks(self) -> bool:
+        """Whether a failure of this transaction may be a failed assumption (or a row
+        inserted as new that another writer took): then it runs again reading for real."""
+        return self.assumed > 0 or self.inserted_refs
+
+    def _insert_refs(self, index: str, refs: list[tuple[bytes, bytes]]) -> None:
+        """Queue ``refs`` as rows assumed new (a plain ``INSERT``), in any transaction: a key
+        there already fails it, and it runs again reading for real (:class:`_StaleAssumption`,
+        :attr:`inserted_refs`)."""
+        self._pre.pop(index, None)  # a prefetched value may be stale now
+        for k, _ in refs:
+            self._check_key(k)
+        self._sql(index)
+        rows = {k: bytes(v) for k, v in refs}
+        self._batch.write(index, rows, new=True)
+        self.inserted_refs = True
+        for k, v in rows.items():
+            self.seen[index, k] = v
             self._saw(index, k, v)
 
     def moved(self) -> int:
@@ -1320,7 +1354,7 @@ class _WriteScope:
             self.xid = 0 if value is None else int.from_bytes(value, "big", signed=True)
         if error is not None:
             commit = results[at_commit] if len(results) > at_commit else None
-            self._commit_failed(error, owner._wconn, None, _Answered(commit), txn.assumed > 0)
+            self._commit_failed(error, owner._wconn, None, _Answered(commit), txn.checks())
             return
         if txn.numbered_final:
             value = results[2].get_value(0, 1)  # how far the server moved the rows: int8
@@ -1382,7 +1416,7 @@ class _WriteScope:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         owner = self.owner
         txn = self.txn
-        assumed = txn is not None and txn.assumed > 0
+        assumed = txn is not None and txn.checks()
         try:
             conn = owner._wconn
             if not self.begun and txn is not None and self._unsent(txn, exc, assumed):
@@ -1431,7 +1465,7 @@ class _WriteScope:
                 self._commit_failed(e, conn, pipeline, commit, assumed)
                 return
             txn.committed()
-            if assumed:
+            if txn.assumed > 0:
                 owner._assume_backoff = 0
         finally:
             owner._write_lock.release()
@@ -1861,6 +1895,12 @@ class PostgresBackend(Backend):
             finally:
                 self._give_back(conn)
         return tuple(t for t in names if t in self._present)
+
+    @property
+    def tails_checked(self) -> bool:
+        """Once the server numbers the log (:attr:`numbering`), every write transaction
+        inserts its stream index rows as new (:meth:`_PgWrite.append_indexed`)."""
+        return self.numbering
 
     @property
     def max_key_bytes(self) -> int:

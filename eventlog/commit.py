@@ -148,8 +148,7 @@ class _Item(msgspec.Struct, eq=False):  # (a Struct: built in C, ~20 bytecodes l
     saves: int = 1  # buffered calls this item carries (more than one once joined: a batch)
 
 
-def _u64(n: int) -> bytes:
-    return U64.pack(n)
+_u64: Callable[[int], bytes] = U64.pack
 
 
 class GroupCommit:
@@ -175,6 +174,7 @@ class GroupCommit:
     _failed_lost: int
     _committing: bool
     _tails: dict[int, tuple[int, bytes]]
+    _wrote: set[int]  # streams whose tails this commit's attempts set (_TxnWriter.add)
     _gseq: int | None
     # The serial of the transaction that last wrote _gseq (WriteTxn.serial): while the next
     # one's follows it, nothing was committed in between and the log's end need not be read.
@@ -313,8 +313,7 @@ class GroupCommit:
                 _settle(it, self._writer_failed())
 
     def _writer_failed(self) -> WriterFailed:
-        cause = self._failed
-        lost = self._failed_lost
+        cause, lost = self._failed, self._failed_lost
         err = WriterFailed(
             f"the writer of the log at {self.backend.location!r} stopped on an internal error "
             f"({type(cause).__name__}: {cause}), so nothing more can be written through this "
@@ -344,8 +343,7 @@ class GroupCommit:
         except ENCODE_ERRORS:
             raw = ser.encode(frame)  # raises EncodingError, naming the path
         item.payload, item.flags = self._compressor.compress(raw, fast)
-        stored = len(item.payload) + HEADER_BYTES
-        limit = self.frame_bytes_max
+        stored, limit = len(item.payload) + HEADER_BYTES, self.frame_bytes_max
         if stored > limit or len(raw) + HEADER_BYTES > limit:
             raise FrameTooLarge(
                 f"frame for stream {item.stream!r} is {stored} bytes stored "
@@ -446,9 +444,10 @@ class GroupCommit:
         created or looked up (kept once it commits: ids never change) and ``txn`` (its moved())."""
         items = self._writing
         self._attempts += 1
-        if self._attempts > 1:  # a retry: what the aborted attempt cached never committed
-            self._tails.clear()
-            self._gseq = None
+        if self._attempts > 1:  # a retry: what the aborted attempt cached never committed,
+            self._gseq = None  # the tails it set among it (_TxnWriter drops them: _wrote)
+        else:
+            self._wrote = set()
         if self.txn_hooks is not None:
             self.txn_hooks.begin()
         w = _TxnWriter(self, txn, items)
@@ -576,10 +575,8 @@ class _TxnWriter:
     """
 
     def __init__(self, log: GroupCommit, txn: WriteTxn, items: Sequence[_Item] = ()) -> None:
-        self.txn = txn
-        self.known = log._ids
-        self.tails = log._tails
-        self.seal = log._sealer.seal
+        self.txn, self.known, self.seal = txn, log._ids, log._sealer.seal
+        self.tails, self.wrote = log._tails, log._wrote  # (wrote: the streams it appended to)
         self.new_ids: dict[str, int] = {}
         self.found_ids: dict[str, int] = {}  # ids another process gave, read in this txn
         self.next_id: int | None = None
@@ -610,8 +607,11 @@ class _TxnWriter:
         else:
             last = txn.last_key(LOG)
         found = U64.unpack(last)[0] if last is not None else 0
-        if log._gseq != found:  # first commit, or another process appended
-            self.tails.clear()
+        if log._gseq != found:  # first commit, or another process appended: kept tails go
+            if not log.backend.tails_checked:  # (where the backend checks them, only those of
+                self.tails.clear()  # the streams written, read again, and those a retry set)
+            for sid in [*(self.known.get(it.stream, 0) for it in items), *self.wrote]:
+                self.tails.pop(sid, None)
             if item is not None:
                 self._tail_of_last(item[1], log.chain_key)
         self.gseq = found
@@ -664,6 +664,7 @@ class _TxnWriter:
         self.log_rows.append((gkey, envelope))
         self.index_rows.append((U64X2.pack(sid, seq), gkey))
         self.pending_sids.add(sid)
+        self.wrote.add(sid)
         self.tails[sid] = (seq, checksum)
         return gseq, checksum, len(envelope)
 

@@ -433,3 +433,43 @@ def test_the_flush_puts_the_wal_on_disk(pg_schemas: PgSchemas, tmp_path: Path) -
     finally:
         conn.close()
         other.close()
+
+
+def test_index_rows_are_inserted_as_new_once_the_server_numbers_the_log(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """Once the server numbers the log (``tails_checked``), ``append_indexed`` inserts its
+    index rows as new in every write transaction, one that reads for real too: an index key
+    another writer took (a stream tail the writer kept, stale) fails the transaction, which
+    ``run_write`` runs again, instead of being overwritten."""
+    url = pg_schemas.url(tmp_path)
+    backend = PostgresBackend(url, tables=("log", "idx"))
+    other = PostgresBackend(url, tables=("log", "idx"))
+
+    def u64(n: int) -> bytes:
+        return n.to_bytes(8, "big")
+
+    try:
+        assert not backend.tails_checked  # a lone writer: index rows are upserted
+        backend.numbering = True  # as after its first stale commit (it met another writer)
+        assert backend.tails_checked
+        with other.write() as t:
+            t.append_indexed("log", [(u64(1), b"x")], "idx", [(b"s1", u64(1))])
+        attempts: list[bool] = []
+
+        def fn(txn: WriteTxn) -> None:
+            attempts.append(txn.assuming)  # type: ignore[attr-defined]
+            last = txn.last_key("log")  # read for real: this process knows nothing yet
+            n = int.from_bytes(last or bytes(8), "big") + 1
+            seq = b"s1" if len(attempts) == 1 else b"s2"  # a stale kept tail, then the stored
+            txn.append_indexed("log", [(u64(n), b"ours")], "idx", [(seq, u64(n))])
+
+        backend.run_write(fn)
+        assert attempts == [False, False]
+        assert backend.stale == 1
+        with backend.read() as r:
+            assert list(r.scan("idx")) == [(b"s1", u64(1)), (b"s2", u64(2))]
+            assert list(r.scan("log")) == [(u64(1), b"x"), (u64(2), b"ours")]
+    finally:
+        other.close()
+        backend.close()
