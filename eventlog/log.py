@@ -146,6 +146,7 @@ class EventLog(GroupCommit):
         # The committer's view of the log's end: (seq, checksum) per stream id and the last
         # global seq. Valid while no other process appends; checked at each commit.
         self._tails: dict[int, tuple[int, bytes]] = {}
+        self._wrote: set[int] = set()  # the streams a commit's attempts appended to
         self._gseq: int | None = None
         self._commits = 0
         self._log_bytes = 0
