@@ -465,10 +465,10 @@ def change_array(fid: int, indices: list[int], raws: Sequence[bytes]) -> bytes:
 def change_entries(fid: int, indices: list[int], raws: list[bytes]) -> list[bytes]:
     """Each ``InstanceChange(fid, index, progress)`` of :func:`change_array`, encoded alone
     (``b"".join`` of them, after the array header, is :func:`change_array`), at C speed."""
-    heads = map(
-        operator.add, itertools.repeat(b"\x93" + _enc.encode(fid)), map(_enc.encode, indices)
-    )
-    return list(map(operator.add, heads, raws))
+    # (one join of (head, index, progress) each: zip reuses its tuple, and each entry is
+    # allocated once, where two concatenations made an intermediate; ~0.5k instructions a row)
+    parts = zip(itertools.repeat(b"\x93" + _enc.encode(fid)), map(_enc.encode, indices), raws)
+    return list(map(b"".join, parts))
 
 
 def started_array(slots: Iterable[Slot]) -> bytes:
@@ -535,7 +535,9 @@ def scatter(target: list[Any], indices: list[int], values: list[Any]) -> None:
     collections.deque(map(operator.setitem, itertools.repeat(target), indices, values), 0)
 
 
-_ROW_KEY: Final = struct.Struct(">QII")  # sid, fid, index: a fan-out row's key
+# A fan-out row's key: sid, fid (the batch's 12-byte prefix, packed once), index. Packing the
+# constant prefix as bytes spares converting sid and fid again per row (~0.26k instructions)
+_ROW_KEY: Final = struct.Struct(">12sI")
 _ROW_INDEX: Final = struct.Struct(">12xI")  # its index alone
 
 
@@ -547,7 +549,7 @@ def write_instance_rows(
     if NOT_STARTED_ROW in raws:
         _write_instances(txn, U64.pack(sid), map(_RowChange, itertools.repeat(fid), indices, raws))
         return
-    keys = map(_ROW_KEY.pack, itertools.repeat(sid), itertools.repeat(fid), indices)
+    keys = map(_ROW_KEY.pack, itertools.repeat(U64.pack(sid) + U32.pack(fid)), indices)
     rows = list(zip(keys, raws, strict=False))
     built = getattr(txn.__class__, "put_built", None)  # our keys: LMDB skips their checks (a
     if built is None:  # wrapper's class, as a test's recorder, has none: it sees put_many)
