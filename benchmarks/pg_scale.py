@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -220,12 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     counts = [int(n) for n in a.workers.split(",")]
     got: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
     peer: dict[int, list[float]] = {n: [] for n in counts}
+    # schemas of this run's own: two runs at once (two sessions on one server) never drop
+    # each other's
+    ours, theirs = f"bench_pg_scale_{os.getpid()}", f"bench_pg_scale_rows_{os.getpid()}"
     for _ in range(a.rounds):
         for n in counts:
-            got[n].append(run(a.url, "bench_pg_scale", n, a.instances, a.flush_every, own=a.own))
-            peer[n].append(
-                run_rows(a.url, "bench_pg_scale_rows", n, a.instances, a.flush_every)["inst_per_s"]
-            )
+            got[n].append(run(a.url, ours, n, a.instances, a.flush_every, own=a.own))
+            peer[n].append(run_rows(a.url, theirs, n, a.instances, a.flush_every)["inst_per_s"])
     print(
         f"{a.instances:,} instances, batches of {a.flush_every} (0: each save durable), fsync, "
         f"median of {a.rounds} round(s); "
