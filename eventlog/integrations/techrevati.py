@@ -70,6 +70,7 @@ _SEQ_HEX: Final = 16  # a checkpoint id is 16 hex digits of seq, then 16 random 
 _ID_LEN: Final = 32
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
+LIST_WINDOW_MAX: Final = 256  # frames read at once by list(), whatever its limit
 
 
 # -- stored shapes ---------------------------------------------------------------------------------
@@ -414,11 +415,26 @@ class LogSaver:
                 return []
             seq = cursor.prev
         out: builtins.list[Checkpoint] = []
+        window: dict[int, _Checkpoint] = {}
         while seq and len(out) < limit:
-            data = self._checkpoint_frame(stream, seq)
+            data = window.get(seq)
+            if data is None:  # the frames up to seq, read at once (not a read per checkpoint)
+                window = self._checkpoints_before(stream, seq, 2 * (limit - len(out)))
+                data = window.get(seq) or self._checkpoint_frame(stream, seq)  # (raises)
             out.append(self._to_checkpoint(thread_id, data))
             seq = data.prev
         return out
+
+    def _checkpoints_before(self, stream: str, seq: int, frames: int) -> dict[int, _Checkpoint]:
+        """The checkpoint frames among the ``frames`` frames (at most ``LIST_WINDOW_MAX``)
+        that end at ``seq``, by seq: one read transaction where :meth:`list` made one per
+        checkpoint (on PostgreSQL four round trips each)."""
+        lo = max(1, seq - min(max(frames, 1), LIST_WINDOW_MAX) + 1)
+        return {
+            sf.seq: msgspec.convert(sf.frame.data, _Checkpoint)
+            for sf in self.log.read_stream(stream, lo, seq)
+            if isinstance(sf.frame, Event) and sf.frame.name == CHECKPOINT
+        }
 
     def delete(self, thread_id: str) -> None:
         """Hide every checkpoint and step of the thread (its frames stay in the log)."""
