@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import TypeGuard
 
 from backends.base import Backend, Durability
 from eventlog.errors import InvalidStreamKey
 from eventlog.layout import META
+
+
+def is_server_url(location: object) -> TypeGuard[str]:
+    """Whether ``location`` names a log on a PostgreSQL server (``postgresql://`` or
+    ``postgres://``), not an LMDB directory (told without importing psycopg)."""
+    return isinstance(location, str) and location.split("://", 1)[0] in ("postgresql", "postgres")
 
 
 def open_backend(
@@ -21,7 +28,7 @@ def open_backend(
 ) -> Backend:
     """The backend of a log at ``location``: a ``postgresql://host/db?schema=NAME`` URL
     (``backends.postgres``; the map sizes do not apply) or an LMDB directory."""
-    if isinstance(location, str) and location.split("://", 1)[0] in ("postgresql", "postgres"):
+    if is_server_url(location):
         from backends.postgres import PostgresBackend  # noqa: PLC0415 - psycopg optional
 
         return PostgresBackend(

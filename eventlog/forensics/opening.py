@@ -18,6 +18,7 @@ from backends import lmdb_meta
 from backends.lmdb_salvage import DATA_FILE, data_file_check, zero_filled_copy
 from eventlog.checkpoints import CheckpointLog
 from eventlog.errors import NotALog
+from eventlog.log_open import is_server_url
 from eventlog.reports import Problem
 
 Prober = Callable[[str], int | None]
@@ -61,7 +62,7 @@ def open_readonly(
     ``probe`` is accepted for callers that pass one and is no longer needed.
     """
     location = os.fspath(path)
-    if location.split("://", 1)[0] in ("postgresql", "postgres"):  # a server: no file to check
+    if is_server_url(location):  # a server: no file to check
         return Opened(CheckpointLog.open(location, readonly=True, **options), [], None)
     if not Path(location).is_dir():
         raise NotALog(

@@ -12,6 +12,7 @@ from eventlog import forensics as fx
 from eventlog.cli import options
 from eventlog.cli.context import OK, PROBLEMS, USAGE, CliError, Ctx, is_permission
 from eventlog.cli.render import print_verify, table, to_json
+from eventlog.log_open import is_server_url
 from eventlog.read.text import parse_time
 from eventlog.reports import VerifyReport
 
@@ -94,7 +95,7 @@ def run(ctx: Ctx) -> int:
 
 def check_dest_parent(dest: str) -> None:
     """DEST goes in an existing, writable directory: never create its parents silently."""
-    if dest.split("://", 1)[0] in ("postgresql", "postgres"):
+    if is_server_url(dest):
         raise CliError(
             f"cannot write DEST {dest!r}: compact writes a new LMDB log (a directory); to "
             "compact into PostgreSQL, compact to a directory, then `ckptlog copy DIR URL`",
