@@ -869,19 +869,27 @@ class _PgWrite(_PgRead, WriteTxn):
             for k, v in pairs:
                 self.put(table, k, v)
             return
+        last_wins = self._rows(table, pairs)
+        # A plain INSERT when no key is known: as fast as binary COPY (which pipeline mode
+        # cannot send), where ON CONFLICT costs 2-3x; a key that exists after all fails it
+        # (unique_violation) and the transaction runs again with the upsert (_StaleAssumption).
+        new = self._all_new(table, last_wins)
+        self._queue(table, last_wins, new=new)
+        if new:
+            self.assumed += 1
+
+    def _rows(self, table: str, pairs: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+        """``pairs`` checked, as one row per key (one INSERT may not change a row twice)."""
         for k, _ in pairs:
             self._check_key(k)
         self._sql(table)
-        last_wins = {k: bytes(v) for k, v in pairs}  # one INSERT may not change a row twice
-        if self._all_new(table, last_wins):
-            # A plain INSERT: as fast as binary COPY (which pipeline mode cannot send), where
-            # ON CONFLICT costs 2-3x; a key that exists after all fails it (unique_violation)
-            # and the transaction runs again with the upsert (_StaleAssumption).
-            self._batch.write(table, last_wins, new=True)
-            self.assumed += 1
-        else:
-            self._batch.write(table, last_wins, new=False)
-        for k, v in last_wins.items():
+        return {k: bytes(v) for k, v in pairs}
+
+    def _queue(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
+        """Queue ``rows`` (``new``: as a plain INSERT, else an upsert), seen by this
+        transaction and by what the process knows once it commits."""
+        self._batch.write(table, rows, new=new)
+        for k, v in rows.items():
             self.seen[table, k] = v
             self._saw(table, k, v)
 
@@ -1051,15 +1059,8 @@ class _PgWrite(_PgRead, WriteTxn):
         there already fails it, and it runs again reading for real (:class:`_StaleAssumption`,
         :attr:`inserted_refs`)."""
         self._pre.pop(index, None)  # a prefetched value may be stale now
-        for k, _ in refs:
-            self._check_key(k)
-        self._sql(index)
-        rows = {k: bytes(v) for k, v in refs}
-        self._batch.write(index, rows, new=True)
+        self._queue(index, self._rows(index, refs), new=True)
         self.inserted_refs = True
-        for k, v in rows.items():
-            self.seen[index, k] = v
-            self._saw(index, k, v)
 
     def moved(self) -> int:
         return self.moved_by or 0

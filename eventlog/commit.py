@@ -148,9 +148,6 @@ class _Item(msgspec.Struct, eq=False):  # (a Struct: built in C, ~20 bytecodes l
     saves: int = 1  # buffered calls this item carries (more than one once joined: a batch)
 
 
-_u64: Callable[[int], bytes] = U64.pack
-
-
 class GroupCommit:
     """The commit machinery of :class:`~eventlog.log.EventLog` (its base class)."""
 
@@ -447,7 +444,7 @@ class GroupCommit:
         if self._attempts > 1:  # a retry: what the aborted attempt cached never committed,
             self._gseq = None  # the tails it set among it (_TxnWriter drops them: _wrote)
         else:
-            self._wrote = set()
+            self._wrote.clear()
         if self.txn_hooks is not None:
             self.txn_hooks.begin()
         w = _TxnWriter(self, txn, items)
@@ -608,10 +605,11 @@ class _TxnWriter:
             last = txn.last_key(LOG)
         found = U64.unpack(last)[0] if last is not None else 0
         if log._gseq != found:  # first commit, or another process appended: kept tails go
-            if not log.backend.tails_checked:  # (where the backend checks them, only those of
-                self.tails.clear()  # the streams written, read again, and those a retry set)
-            for sid in [*(self.known.get(it.stream, 0) for it in items), *self.wrote]:
-                self.tails.pop(sid, None)
+            if not log.backend.tails_checked:
+                self.tails.clear()
+            else:  # the backend checks them: only those of the streams written, and a retry's
+                for sid in [*(self.known.get(it.stream, 0) for it in items), *self.wrote]:
+                    self.tails.pop(sid, None)
             if item is not None:
                 self._tail_of_last(item[1], log.chain_key)
         self.gseq = found
@@ -778,7 +776,7 @@ def _prev_of(envelope: bytes) -> bytes:
 
 
 def _last_seq(txn: ReadTxn, sid: int) -> int:
-    for key, _ in txn.scan(STREAMS, _u64(sid), _u64(sid + 1), reverse=True, limit=1):
+    for key, _ in txn.scan(STREAMS, U64.pack(sid), U64.pack(sid + 1), reverse=True, limit=1):
         seq: int = U64X2.unpack(key)[1]
         return seq
     return 0
@@ -786,7 +784,7 @@ def _last_seq(txn: ReadTxn, sid: int) -> int:
 
 def _read_tail(txn: ReadTxn, sid: int) -> tuple[int, bytes]:
     """``(last seq, its checksum)`` of a stream, read inside the transaction."""
-    for key, gkey in txn.scan(STREAMS, _u64(sid), _u64(sid + 1), reverse=True, limit=1):
+    for key, gkey in txn.scan(STREAMS, U64.pack(sid), U64.pack(sid + 1), reverse=True, limit=1):
         data = txn.get(LOG, gkey)
         seq = U64X2.unpack(key)[1]
         if data is None or len(data) < HEADER_BYTES:

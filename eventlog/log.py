@@ -58,7 +58,6 @@ from eventlog.commit import (
     _joined,
     _last_seq,
     _prev_of,
-    _u64,
     _Waiter,
 )
 from eventlog.commit import Appended as Appended  # noqa: PLC0414 - re-exported
@@ -592,7 +591,7 @@ class EventLog(GroupCommit):
         """The key of stream id ``sid``, read in ``txn`` (cached)."""
         name = self._names.get(sid)
         if name is None:
-            raw = txn.get(STREAM_NAMES, _u64(sid))
+            raw = txn.get(STREAM_NAMES, U64.pack(sid))
             name = raw.decode("utf-8", "surrogatepass") if raw is not None else f"<id {sid}>"
         return name
 
@@ -646,7 +645,7 @@ class EventLog(GroupCommit):
                 sid = self.stream_id(txn, stream)
                 if sid is None:
                     return
-                stop = U64X2.pack(sid, to_seq + 1) if to_seq is not None else _u64(sid + 1)
+                stop = U64X2.pack(sid, to_seq + 1) if to_seq is not None else U64.pack(sid + 1)
                 index = list(
                     txn.scan(STREAMS, U64X2.pack(sid, next_seq), stop, limit=READ_CHUNK_FRAMES)
                 )
@@ -687,7 +686,7 @@ class EventLog(GroupCommit):
         while True:
             chunk: list[StoredFrame[Any]] = []
             with self.backend.read() as txn:
-                for gkey, data in txn.scan(LOG, _u64(after + 1), limit=READ_CHUNK_FRAMES):
+                for gkey, data in txn.scan(LOG, U64.pack(after + 1), limit=READ_CHUNK_FRAMES):
                     gseq = U64.unpack(gkey)[0]
                     sid = read_header(data)[3]
                     chunk.append(self.decode_stored(self.stream_name(txn, sid), gseq, data))

@@ -429,7 +429,7 @@ class LogSaver:
         """The checkpoint frames among the ``frames`` frames (at most ``LIST_WINDOW_MAX``)
         that end at ``seq``, by seq: one read transaction where :meth:`list` made one per
         checkpoint (on PostgreSQL four round trips each)."""
-        lo = max(1, seq - min(max(frames, 1), LIST_WINDOW_MAX) + 1)
+        lo = max(1, seq - min(frames, LIST_WINDOW_MAX) + 1)
         return {
             sf.seq: msgspec.convert(sf.frame.data, _Checkpoint)
             for sf in self.log.read_stream(stream, lo, seq)
