@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Literal, TypeVar
 
@@ -126,6 +126,19 @@ class ReadTxn(abc.ABC):
                 if v is not None:
                     named.append((k, v))
         return found, named
+
+    def get_named_spans(
+        self, names: str, name: bytes, spans: Sequence[tuple[str, bytes, bytes]]
+    ) -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
+        """The row ``name`` of ``names``, whose value P is a key prefix (a stream id), and for
+        each span ``(table, start, stop)`` the rows of ``table`` from P + ``start`` to before
+        P + ``stop``, in key order; ``(None, [])`` when ``name`` is absent. The row P + ``s``
+        alone is the span ``(table, s, s + b"\\x00")``. One statement where the backend is a
+        server: every span is joined to the row naming P."""
+        p = self.get(names, name)
+        if p is None:
+            return None, []
+        return p, [list(self.scan(table, p + start, p + stop)) for table, start, stop in spans]
 
     def get_named(
         self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes
@@ -278,6 +291,14 @@ class Backend(abc.ABC):
         trip, on a server)."""
         with self.read() as txn:
             return txn.get_named(names, name, table, suffix, ranged, tail)
+
+    def get_named_spans_now(
+        self, names: str, name: bytes, spans: Sequence[tuple[str, bytes, bytes]]
+    ) -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
+        """:meth:`ReadTxn.get_named_spans` as a transaction of its own (one statement, one
+        round trip, on a server)."""
+        with self.read() as txn:
+            return txn.get_named_spans(names, name, spans)
 
     def add_tables(self, tables: Iterable[str], *, create: bool) -> tuple[str, ...]:
         """Make more tables usable after opening (a materialized view's, found in an existing

@@ -310,21 +310,24 @@ def _ddl(schema: str, table: str) -> list[sql.Composed]:
     ]
 
 
-_NAMED: dict[tuple[str, str, str], str] = {}
+_SPANS: dict[tuple[str, ...], str] = {}
 
 
-def _named_sql(n: _Sql, t: _Sql, r: _Sql) -> str:
-    """:meth:`_PgRead.get_named`'s statement for its three tables (rendered once)."""
-    key = (n.ident, t.ident, r.ident)
-    got = _NAMED.get(key)
+def _spans_sql(n: _Sql, tables: tuple[_Sql, ...]) -> str:
+    """:meth:`_PgRead.get_named_spans`'s statement for its tables (rendered once): the row
+    naming P tagged -1, each span's rows tagged with its index."""
+    key = (n.ident, *(t.ident for t in tables))
+    got = _SPANS.get(key)
     if got is None:
-        got = _NAMED[key] = (
-            f"WITH p AS (SELECT v FROM {n.ident} WHERE k = %b) "
-            "SELECT 0, NULL::bytea, p.v FROM p UNION ALL "
-            f"SELECT 1, t.k, t.v FROM {t.ident} AS t, p WHERE t.k = p.v || %b::bytea UNION ALL "
-            f"SELECT 2, r.k, r.v FROM {r.ident} AS r, p "
-            "WHERE r.k >= p.v || %b::bytea AND r.k < p.v || %b::bytea"
-        )
+        parts = [
+            f"WITH p AS (SELECT v FROM {n.ident} WHERE k = %b) SELECT -1, NULL::bytea, p.v FROM p"
+        ]
+        parts += [
+            f"SELECT {i}, t.k, t.v FROM {t.ident} AS t, p "
+            "WHERE t.k >= p.v || %b::bytea AND t.k < p.v || %b::bytea"
+            for i, t in enumerate(tables)
+        ]
+        got = _SPANS[key] = " UNION ALL ".join(parts)
     return got
 
 
@@ -406,21 +409,48 @@ class _PgRead(ReadTxn):
         found = {bytes(k): v for k, v, named in rows if not named}
         return [found.get(k) for k in keys], [(bytes(k), v) for k, v, named in rows if named]
 
+    def get_named_spans(
+        self, names: str, name: bytes, spans: Sequence[tuple[str, bytes, bytes]]
+    ) -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
+        """One statement: the row ``name`` of ``names`` (its value P) and every span's rows,
+        joined to it (a span over a table the log lacks is empty)."""
+        n = self._readable(names)
+        if n is None or not isinstance(name, bytes) or not 0 < len(name) <= POSTGRES_KEY_BYTES_MAX:
+            return None, []
+        present: list[tuple[int, _Sql]] = []
+        params: list[bytes] = [name]
+        for i, (table, start, stop) in enumerate(spans):
+            t = self._readable(table)
+            if t is not None:
+                present.append((i, t))
+                params += (start, stop)
+        read = [i for i, _ in present]
+        got = self._q(_spans_sql(n, tuple(t for _, t in present)), tuple(params))
+        p = next((bytes(v) for tag, _, v in got if tag == -1), None)
+        if p is None:
+            return None, []
+        out: list[list[tuple[bytes, bytes]]] = [[] for _ in spans]
+        for tag, k, v in got:
+            if tag >= 0:
+                out[read[tag]].append((bytes(k), v))
+        for rows in out:
+            rows.sort()
+        return p, out
+
     def get_named(
         self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes
     ) -> tuple[bytes | None, bytes | None, list[tuple[bytes, bytes]]]:
-        """One statement: the row ``name`` of ``names`` (its value P), the row P + ``suffix``
-        of ``table`` and the rows of ``ranged`` under P + ``tail``, joined to it."""
-        n, t, r = self._readable(names), self._readable(table), self._readable(ranged)
+        """One statement (:meth:`get_named_spans`): the row ``name`` of ``names`` (its value
+        P), the row P + ``suffix`` of ``table`` and the rows of ``ranged`` under P + ``tail``."""
         end = prefix_end(tail)
-        if n is None or t is None or r is None or end is None or not name:
+        if end is None:
             return super().get_named(names, name, table, suffix, ranged, tail)
-        got = self._q(_named_sql(n, t, r), (name, suffix, tail, end))
-        p = next((bytes(v) for tag, _, v in got if tag == 0), None)
+        p, got = self.get_named_spans(
+            names, name, ((table, suffix, suffix + b"\x00"), (ranged, tail, end))
+        )
         if p is None:
             return None, None, []
-        row = next((v for tag, _, v in got if tag == 1), None)
-        return p, row, sorted((bytes(k), v) for tag, k, v in got if tag == 2)
+        return p, got[0][0][1] if got[0] else None, got[1]
 
     def scan(
         self,
@@ -1966,6 +1996,12 @@ class PostgresBackend(Backend):
     ) -> tuple[bytes | None, bytes | None, list[tuple[bytes, bytes]]]:
         """One statement on an idle reader."""
         return self._now(lambda r: r.get_named(names, name, table, suffix, ranged, tail))
+
+    def get_named_spans_now(
+        self, names: str, name: bytes, spans: Sequence[tuple[str, bytes, bytes]]
+    ) -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
+        """One statement on an idle reader."""
+        return self._now(lambda r: r.get_named_spans(names, name, spans))
 
     def write(self, before_lock: Callable[[WriteTxn], None] | None = None) -> _WriteScope:
         self._check()

@@ -538,6 +538,47 @@ class BackendContract:
             assert got[:2] == (b"P1", b"new")
             assert [k for k, _ in got[2]] == [b"P1w1", b"P1w2", b"P1w3", b"P1wz"]
 
+    def test_get_named_spans_reads_spans_of_several_tables_under_the_prefix_a_name_holds(
+        self, backend: Backend
+    ) -> None:
+        """``get_named_spans``: the value P of a name row and, per span, the rows of its table
+        from P + start to before P + stop in key order (a point lookup as a one-key span, an
+        empty span, another prefix's rows left out); ``(None, [])`` when the name is absent; in
+        a read transaction, a write transaction (its own writes seen) and on its own."""
+
+        def fn(txn: WriteTxn) -> None:
+            txn.put("a", b"inv", b"P1")
+            txn.put("a", b"P1", b"head")
+            txn.put("a", b"P2", b"other head")
+            for k in (b"P1\x00\x02", b"P1\x00\x01", b"P1\xff", b"P2\x00\x01", b"P0\xff"):
+                txn.put("b", k, k[2:])
+            for k in (b"P1s", b"P1p", b"P1q", b"P2s"):
+                txn.put("a", k, k[2:])
+
+        backend.run_write(fn)
+        spans = [("a", b"", b"\x00"), ("b", b"", b"\xff"), ("a", b"p", b"p\x00"), ("a", b"x", b"z")]
+        want = (
+            b"P1",
+            [
+                [(b"P1", b"head")],
+                [(b"P1\x00\x01", b"\x00\x01"), (b"P1\x00\x02", b"\x00\x02")],
+                [(b"P1p", b"p")],
+                [],
+            ],
+        )
+        with backend.read() as r:
+            assert r.get_named_spans("a", b"inv", spans) == want
+            assert r.get_named_spans("a", b"nobody", spans) == (None, [])
+            got = r.get_named_spans("a", b"inv", [("a", b"p", b"t")])
+            assert got == (b"P1", [[(b"P1p", b"p"), (b"P1q", b"q"), (b"P1s", b"s")]])
+        assert backend.get_named_spans_now("a", b"inv", spans) == want
+        with backend.write() as w:
+            w.put("b", b"P1\x00\x03", b"new")
+            w.put("a", b"P1", b"new head")
+            got = w.get_named_spans("a", b"inv", spans[:2])
+            assert got[1][0] == [(b"P1", b"new head")]
+            assert [k for k, _ in got[1][1]] == [b"P1\x00\x01", b"P1\x00\x02", b"P1\x00\x03"]
+
     def test_discard_deletes_with_the_other_writes(self, backend: Backend) -> None:
         """``discard`` is ``delete`` without an answer: a write after it wins, it wins over a
         write before it, and a discarded absent key is no error."""

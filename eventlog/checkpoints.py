@@ -95,6 +95,7 @@ from eventlog.materialized import (
     load_rows,
     pending_indices,
     read_head,
+    read_head_now,
     read_row,
     summary,
 )
@@ -551,18 +552,26 @@ class CheckpointLog(HeadCache):
     def _load_rows(
         self, invocation_id: str, rows_max: int | None
     ) -> CheckpointRecord | _TooBig | None:
-        with self.log.backend.read() as txn:
-            sid = self.log.stream_id(txn, invocation_id)
-            if sid is None:
+        backend, now = self.log.backend, None
+        if backend.remote:  # one statement, where a read transaction takes six round trips
+            now = read_head_now(backend, stream_key_bytes(invocation_id, backend.max_key_bytes))
+            if now is None:
                 return None
-            row = read_row(txn, sid)
-            if row is None:
-                return None
-            if rows_max is not None and load_rows(row) > rows_max:
-                return TOO_BIG
-            loaded = read_head(txn, sid, row, self.lazy_instances_over)
-        assert loaded is not None
-        head = loaded[0]
+        if now is None or now[2] is None:  # (fan-outs: their rows are read in chunks)
+            with backend.read() as txn:
+                got = self.log.stream_id(txn, invocation_id)
+                got_row = None if got is None else read_row(txn, got)
+                if got is None or got_row is None:
+                    return None
+                if rows_max is not None and load_rows(got_row) > rows_max:
+                    return TOO_BIG
+                loaded = read_head(txn, got, got_row, self.lazy_instances_over)
+            assert loaded is not None
+            now = got, got_row, loaded[0]
+        sid, row, head = now
+        assert head is not None
+        if rows_max is not None and load_rows(row) > rows_max:
+            return TOO_BIG
         if rows_max is not None and len(head.state) + len(head.parent_states) > rows_max * 1024:
             return TOO_BIG  # decoding would hold the event loop: the caller hops to a thread
         big = any(hd.instance_count > self.lazy_instances_over for hd in row.layout)

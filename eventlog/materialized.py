@@ -26,10 +26,10 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from backends.base import ReadTxn, WriteTxn
+from backends.base import Backend, ReadTxn, WriteTxn
 from eventlog.codec import enc_hook
 from eventlog.frames import FanOutHeader, Save, Snapshot
-from eventlog.layout import U16, U32, U32X2, U64
+from eventlog.layout import STREAM_IDS, U16, U32, U32X2, U64
 from eventlog.records import (
     NOT_STARTED,
     CheckpointSummary,
@@ -135,6 +135,46 @@ def decode_row(raw: bytes) -> HeadRow:
 def read_row(txn: ReadTxn, sid: int) -> HeadRow | None:
     raw = txn.get(HEADS, U64.pack(sid))
     return None if raw is None else _dec_row.decode(raw)
+
+
+# What read_head_now reads under a stream id P: its head row, its positions (P + u32) and
+# its two bodies (P + "p", P + "s").
+_HEAD_SPANS: Final = (
+    (HEADS, b"", b"\x00"),
+    (POSITIONS, b"", b"\xff" * 5),
+    (BODIES, b"p", b"s\x00"),
+)
+
+
+def read_head_now(backend: Backend, name: bytes) -> tuple[int, HeadRow, Head | None] | None:
+    """The stream id, head row and head of the stream whose ``STREAM_IDS`` key is ``name``,
+    read as a transaction of its own (:meth:`Backend.get_named_spans_now`: one statement on a
+    server, where a read transaction takes six round trips); ``None`` when the stream or its
+    head is absent. The head of a stream with fan-outs is ``None``: their instance rows are
+    read in chunks, or lazily, in a read transaction (:func:`read_head`)."""
+    p, spans = backend.get_named_spans_now(STREAM_IDS, name, _HEAD_SPANS)
+    if p is None or not spans[0]:
+        return None
+    heads, positions, bodies = spans
+    row = _dec_row.decode(heads[0][1])
+    sid = U64.unpack(p)[0]
+    if row.layout:
+        return sid, row, None
+    body = dict(bodies)
+    head = Head(
+        invocation_id=row.invocation_id,
+        correlation_id=row.correlation_id,
+        schema_version=row.schema_version,
+        state=body.get(p + b"s") or b"\xc0",
+        parent_states=body.get(p + b"p") or b"\x90",
+        positions=[_dec_pos.decode(v) for _, v in positions],
+        last_saved_at=row.last_saved_at,
+        kind=row.kind,
+        slots=[],
+        next_fid=row.next_fid,
+        seq=row.seq,
+    )
+    return sid, row, head
 
 
 def read_head(

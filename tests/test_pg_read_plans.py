@@ -90,3 +90,49 @@ def test_a_linked_read_touches_the_same_pages_whatever_the_rows_beside_it(
         assert pages[1] <= pages[0] + 2, pages  # an index level at most, never the heap
     finally:
         backend.close()
+
+
+def test_a_named_read_of_spans_touches_the_same_pages_whatever_the_rows_beside_it(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_named_spans`` (a checkpoint ``load``: the stream's id, then its head row,
+    positions and bodies under that id) reaches every span through the primary key: the
+    pages it touches do not grow with the other streams' rows."""
+    tables = ("h", "p", "b")
+    backend = PostgresBackend(pg_schemas.url(tmp_path), tables=("n", *tables))
+    sid = (5).to_bytes(8, "big")
+    spans = [("h", b"", b"\x00"), ("p", b"", b"\xff" * 5), ("b", b"p", b"s\x00")]
+    want = [
+        [(sid, b"head")],
+        [(sid + i.to_bytes(4, "big"), b"pos") for i in range(3)],
+        [(sid + b"p", b"parents"), (sid + b"s", b"state")],
+    ]
+    try:
+        with backend.write() as w:
+            w.put("n", b"inv", sid)
+            for (table, _, _), rows in zip(spans, want, strict=True):
+                w.put_many(table, rows)
+        pages = []
+        for others in (500, 5_000):  # rows of other streams, before and after this one's
+            with backend.write() as w:
+                for table in tables:
+                    other = [
+                        n.to_bytes(8, "big") + b"s" for n in (*range(others), *range(6, 6 + others))
+                    ]
+                    w.put_many(table, [(k, bytes(FILLER_BYTES)) for k in other if k[:8] != sid])
+            conn = backend._reader()
+            try:
+                for table in tables:
+                    conn.execute(f"ANALYZE {postgres._Sql(backend.schema, table).ident}")
+            finally:
+                backend._give_back(conn)
+
+            def read() -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
+                with backend.read() as r:
+                    return r.get_named_spans("n", b"inv", spans)
+
+            assert read() == (sid, want)
+            pages.append(_pages(backend, read, monkeypatch))
+        assert pages[1] <= pages[0] + 3, pages  # an index level at most, never the heap
+    finally:
+        backend.close()

@@ -566,3 +566,39 @@ def test_a_kept_tail_another_writer_moved_fails_the_commit_which_lands_once(
     finally:
         a.close()
         b.close()
+
+
+def test_a_checkpoint_load_costs_one_round_trip(pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    """``load`` (and ``load_async``, what openarmature's resume calls) of a record without
+    fan-outs reads the stream's id, head row, positions and bodies in one statement: one round
+    trip, where a read transaction took seven (BEGIN, four reads, COMMIT). A record with
+    fan-outs still loads whole (their rows are read in a read transaction), and so does a
+    stream that is absent."""
+    import asyncio  # noqa: PLC0415
+
+    from eventlog.checkpoints import CheckpointLog  # noqa: PLC0415
+    from eventlog.testing import NOT_STARTED, done, fan_out, make_record, pos  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    record = make_record(
+        "job",
+        state={"doc": "x" * 300},
+        positions=[pos("a", 0), pos("b", 1)],
+        parent_states=[{"up": 1}],
+    )
+    fanned = make_record("fan", fan_outs=[fan_out("f", [done("r0"), NOT_STARTED])])
+    with CheckpointLog.open(url) as log:
+        log.save("job", record)
+        log.save("fan", fanned)
+    with LatencyRelay(PG_URL, DELAY_S) as relay, CheckpointLog.open(relay.url(url)) as log:
+        assert log.load("job") == record  # (the first: opening's reads)
+        times = []
+        for i in range(6):
+            t0 = time.perf_counter()
+            got = log.load("job") if i % 2 else asyncio.run(log.load_async("job"))
+            times.append(time.perf_counter() - t0)
+            assert got == record
+        assert statistics.median(times) >= 0.9 * DELAY_S, times  # the relay works
+        assert statistics.median(times) < 1.3 * DELAY_S, times  # one round trip
+        assert log.load("fan") == fanned
+        assert log.load("nobody") is None
