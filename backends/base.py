@@ -29,6 +29,7 @@ Durability = Literal["fsync", "process"]
 DURABILITIES: tuple[Durability, ...] = ("fsync", "process")
 
 T = TypeVar("T")
+Span = tuple[str, bytes, bytes, bytes]  # (table, lead, start, stop): ReadTxn.get_named_spans
 
 
 def check_durability(durability: str) -> Durability:
@@ -128,17 +129,27 @@ class ReadTxn(abc.ABC):
         return found, named
 
     def get_named_spans(
-        self, names: str, name: bytes, spans: Sequence[tuple[str, bytes, bytes]]
+        self, names: str, name: bytes, spans: Sequence[Span]
     ) -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
-        """The row ``name`` of ``names``, whose value P is a key prefix (a stream id), and for
-        each span ``(table, start, stop)`` the rows of ``table`` from P + ``start`` to before
-        P + ``stop``, in key order; ``(None, [])`` when ``name`` is absent. The row P + ``s``
-        alone is the span ``(table, s, s + b"\\x00")``. One statement where the backend is a
-        server: every span is joined to the row naming P."""
+        """The row ``name`` of ``names``, whose value P is a key part (a stream id), and for
+        each span ``(table, lead, start, stop)`` the rows of ``table`` from lead + P + start to
+        before lead + P + stop, in key order; ``(None, [])`` when ``name`` is absent. The row
+        P + ``s`` alone is the span ``(table, b"", s, s + b"\\x00")``. One statement where the
+        backend is a server: every span is joined to the row naming P."""
         p = self.get(names, name)
         if p is None:
             return None, []
-        return p, [list(self.scan(table, p + start, p + stop)) for table, start, stop in spans]
+        return p, [
+            list(self.scan(table, lead + p + start, lead + p + stop))
+            for table, lead, start, stop in spans
+        ]
+
+    def get_indexed(self, index: str, key: bytes, table: str) -> tuple[bytes | None, bytes | None]:
+        """The value K of the row ``key`` of ``index`` (a key of ``table``) and the value of the
+        row K of ``table``: ``(None, None)`` when ``key`` is absent, ``(K, None)`` when K is.
+        One statement where the backend is a server (the lookup of K joined to it)."""
+        k = self.get(index, key)
+        return (None, None) if k is None else (k, self.get(table, k))
 
     def get_named(
         self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes
@@ -292,8 +303,16 @@ class Backend(abc.ABC):
         with self.read() as txn:
             return txn.get_named(names, name, table, suffix, ranged, tail)
 
+    def get_indexed_now(
+        self, index: str, key: bytes, table: str
+    ) -> tuple[bytes | None, bytes | None]:
+        """:meth:`ReadTxn.get_indexed` as a transaction of its own (one statement, one round
+        trip, on a server)."""
+        with self.read() as txn:
+            return txn.get_indexed(index, key, table)
+
     def get_named_spans_now(
-        self, names: str, name: bytes, spans: Sequence[tuple[str, bytes, bytes]]
+        self, names: str, name: bytes, spans: Sequence[Span]
     ) -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
         """:meth:`ReadTxn.get_named_spans` as a transaction of its own (one statement, one
         round trip, on a server)."""

@@ -108,6 +108,7 @@ from backends.base import (
     Durability,
     ReadTxn,
     RetryableWrite,
+    Span,
     WriteTxn,
     check_ascending,
     check_durability,
@@ -310,6 +311,13 @@ def _ddl(schema: str, table: str) -> list[sql.Composed]:
     ]
 
 
+def _indexed_sql(i: _Sql, t: _Sql) -> str:
+    """:meth:`_PgRead.get_indexed`'s statement (the index row, its named row joined to it)."""
+    return (
+        f"SELECT i.v, t.v FROM {i.ident} AS i LEFT JOIN {t.ident} AS t ON t.k = i.v WHERE i.k = %b"
+    )
+
+
 _SPANS: dict[tuple[str, ...], str] = {}
 
 
@@ -324,7 +332,7 @@ def _spans_sql(n: _Sql, tables: tuple[_Sql, ...]) -> str:
         ]
         parts += [
             f"SELECT {i}, t.k, t.v FROM {t.ident} AS t, p "
-            "WHERE t.k >= p.v || %b::bytea AND t.k < p.v || %b::bytea"
+            "WHERE t.k >= %b::bytea || p.v || %b::bytea AND t.k < %b::bytea || p.v || %b::bytea"
             for i, t in enumerate(tables)
         ]
         got = _SPANS[key] = " UNION ALL ".join(parts)
@@ -410,7 +418,7 @@ class _PgRead(ReadTxn):
         return [found.get(k) for k in keys], [(bytes(k), v) for k, v, named in rows if named]
 
     def get_named_spans(
-        self, names: str, name: bytes, spans: Sequence[tuple[str, bytes, bytes]]
+        self, names: str, name: bytes, spans: Sequence[Span]
     ) -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
         """One statement: the row ``name`` of ``names`` (its value P) and every span's rows,
         joined to it (a span over a table the log lacks is empty)."""
@@ -419,11 +427,11 @@ class _PgRead(ReadTxn):
             return None, []
         present: list[tuple[int, _Sql]] = []
         params: list[bytes] = [name]
-        for i, (table, start, stop) in enumerate(spans):
+        for i, (table, lead, start, stop) in enumerate(spans):
             t = self._readable(table)
             if t is not None:
                 present.append((i, t))
-                params += (start, stop)
+                params += (lead, start, lead, stop)
         read = [i for i, _ in present]
         got = self._q(_spans_sql(n, tuple(t for _, t in present)), tuple(params))
         p = next((bytes(v) for tag, _, v in got if tag == -1), None)
@@ -437,6 +445,16 @@ class _PgRead(ReadTxn):
             rows.sort()
         return p, out
 
+    def get_indexed(self, index: str, key: bytes, table: str) -> tuple[bytes | None, bytes | None]:
+        """One statement: the row ``key`` of ``index`` and the row of ``table`` it names."""
+        i, t = self._readable(index), self._readable(table)
+        if i is None or t is None or not isinstance(key, bytes) or not key:
+            return super().get_indexed(index, key, table)
+        if len(key) > POSTGRES_KEY_BYTES_MAX:
+            return None, None
+        rows = self._q(_indexed_sql(i, t), (key,))
+        return (bytes(rows[0][0]), rows[0][1]) if rows else (None, None)
+
     def get_named(
         self, names: str, name: bytes, table: str, suffix: bytes, ranged: str, tail: bytes
     ) -> tuple[bytes | None, bytes | None, list[tuple[bytes, bytes]]]:
@@ -446,7 +464,7 @@ class _PgRead(ReadTxn):
         if end is None:
             return super().get_named(names, name, table, suffix, ranged, tail)
         p, got = self.get_named_spans(
-            names, name, ((table, suffix, suffix + b"\x00"), (ranged, tail, end))
+            names, name, ((table, b"", suffix, suffix + b"\x00"), (ranged, b"", tail, end))
         )
         if p is None:
             return None, None, []
@@ -1997,8 +2015,14 @@ class PostgresBackend(Backend):
         """One statement on an idle reader."""
         return self._now(lambda r: r.get_named(names, name, table, suffix, ranged, tail))
 
+    def get_indexed_now(
+        self, index: str, key: bytes, table: str
+    ) -> tuple[bytes | None, bytes | None]:
+        """One statement on an idle reader."""
+        return self._now(lambda r: r.get_indexed(index, key, table))
+
     def get_named_spans_now(
-        self, names: str, name: bytes, spans: Sequence[tuple[str, bytes, bytes]]
+        self, names: str, name: bytes, spans: Sequence[Span]
     ) -> tuple[bytes | None, list[list[tuple[bytes, bytes]]]]:
         """One statement on an idle reader."""
         return self._now(lambda r: r.get_named_spans(names, name, spans))

@@ -554,9 +554,17 @@ class BackendContract:
                 txn.put("b", k, k[2:])
             for k in (b"P1s", b"P1p", b"P1q", b"P2s"):
                 txn.put("a", k, k[2:])
+            txn.put("b", b"LP1", b"led")  # a key with P in its middle
+            txn.put("b", b"LP2", b"other")
 
         backend.run_write(fn)
-        spans = [("a", b"", b"\x00"), ("b", b"", b"\xff"), ("a", b"p", b"p\x00"), ("a", b"x", b"z")]
+        spans = [
+            ("a", b"", b"", b"\x00"),
+            ("b", b"", b"", b"\xff"),
+            ("a", b"", b"p", b"p\x00"),
+            ("a", b"", b"x", b"z"),
+            ("b", b"L", b"", b"\x00"),
+        ]
         want = (
             b"P1",
             [
@@ -564,12 +572,13 @@ class BackendContract:
                 [(b"P1\x00\x01", b"\x00\x01"), (b"P1\x00\x02", b"\x00\x02")],
                 [(b"P1p", b"p")],
                 [],
+                [(b"LP1", b"led")],
             ],
         )
         with backend.read() as r:
             assert r.get_named_spans("a", b"inv", spans) == want
             assert r.get_named_spans("a", b"nobody", spans) == (None, [])
-            got = r.get_named_spans("a", b"inv", [("a", b"p", b"t")])
+            got = r.get_named_spans("a", b"inv", [("a", b"", b"p", b"t")])
             assert got == (b"P1", [[(b"P1p", b"p"), (b"P1q", b"q"), (b"P1s", b"s")]])
         assert backend.get_named_spans_now("a", b"inv", spans) == want
         with backend.write() as w:
@@ -578,6 +587,29 @@ class BackendContract:
             got = w.get_named_spans("a", b"inv", spans[:2])
             assert got[1][0] == [(b"P1", b"new head")]
             assert [k for k, _ in got[1][1]] == [b"P1\x00\x01", b"P1\x00\x02", b"P1\x00\x03"]
+
+    def test_get_indexed_reads_the_row_an_index_row_names(self, backend: Backend) -> None:
+        """``get_indexed``: the key an index row holds and the row of the other table under that
+        key (``None`` for it when absent; ``(None, None)`` when the index row is); in a read
+        transaction, a write transaction (its own writes seen) and on its own."""
+
+        def fn(txn: WriteTxn) -> None:
+            txn.put("a", b"i1", b"k1")
+            txn.put("a", b"i2", b"gone")
+            txn.put("b", b"k1", b"row one")
+            txn.put("b", b"k2", b"row two")
+
+        backend.run_write(fn)
+        with backend.read() as r:
+            assert r.get_indexed("a", b"i1", "b") == (b"k1", b"row one")
+            assert r.get_indexed("a", b"i2", "b") == (b"gone", None)
+            assert r.get_indexed("a", b"nope", "b") == (None, None)
+        assert backend.get_indexed_now("a", b"i1", "b") == (b"k1", b"row one")
+        with backend.write() as w:
+            w.put("a", b"i3", b"k2")
+            w.put("b", b"k1", b"changed")
+            assert w.get_indexed("a", b"i3", "b") == (b"k2", b"row two")
+            assert w.get_indexed("a", b"i1", "b") == (b"k1", b"changed")
 
     def test_discard_deletes_with_the_other_writes(self, backend: Backend) -> None:
         """``discard`` is ``delete`` without an answer: a write after it wins, it wins over a

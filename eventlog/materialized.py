@@ -140,9 +140,9 @@ def read_row(txn: ReadTxn, sid: int) -> HeadRow | None:
 # What read_head_now reads under a stream id P: its head row, its positions (P + u32) and
 # its two bodies (P + "p", P + "s").
 _HEAD_SPANS: Final = (
-    (HEADS, b"", b"\x00"),
-    (POSITIONS, b"", b"\xff" * 5),
-    (BODIES, b"p", b"s\x00"),
+    (HEADS, b"", b"", b"\x00"),
+    (POSITIONS, b"", b"", b"\xff" * 5),
+    (BODIES, b"", b"p", b"s\x00"),
 )
 
 

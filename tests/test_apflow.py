@@ -221,6 +221,33 @@ class TestLogManagerMemory(ManagerContract):
         manager.close()
 
 
+class TestLogManagerPostgres(PersistentManagerContract):
+    """The same contract on a PostgreSQL log (``LogCheckpointManager.open(url)``)."""
+
+    @pytest.fixture(autouse=True)
+    def _schemas(self, pg_schemas: Any) -> None:
+        self.schemas = pg_schemas
+
+    def make_manager(self, tmp_path: Path) -> LogCheckpointManager:
+        return LogCheckpointManager.open(self.schemas.url(tmp_path), durability="process")
+
+    def close_manager(self, manager: Any) -> None:
+        manager.close()
+
+    def test_a_load_is_two_statements_outside_a_transaction(
+        self, manager: LogCheckpointManager, pg_statements: list[str]
+    ) -> None:
+        """``load_checkpoint`` locates the task (its id and head row: one statement) and reads
+        the checkpoint's frame (its index row and log row: one statement), where it took two
+        read transactions (8 round trips)."""
+        run(self.saves(manager, "t", 3))
+        pg_statements.clear()
+        assert run(manager.load_checkpoint("t")) == {"i": 2}
+        assert run(manager.load_checkpoint("nobody")) is None
+        assert len(pg_statements) == 3, pg_statements
+        assert "BEGIN" not in pg_statements, pg_statements
+
+
 class TestApflowCheckpointManager(PersistentManagerContract):
     """The contract is apflow's: its own SQLAlchemy manager passes it too (its table has a
     foreign key to the tasks table, so the tasks are created first)."""

@@ -101,7 +101,7 @@ def test_a_named_read_of_spans_touches_the_same_pages_whatever_the_rows_beside_i
     tables = ("h", "p", "b")
     backend = PostgresBackend(pg_schemas.url(tmp_path), tables=("n", *tables))
     sid = (5).to_bytes(8, "big")
-    spans = [("h", b"", b"\x00"), ("p", b"", b"\xff" * 5), ("b", b"p", b"s\x00")]
+    spans = [("h", b"", b"", b"\x00"), ("p", b"", b"", b"\xff" * 5), ("b", b"", b"p", b"s\x00")]
     want = [
         [(sid, b"head")],
         [(sid + i.to_bytes(4, "big"), b"pos") for i in range(3)],
@@ -110,7 +110,7 @@ def test_a_named_read_of_spans_touches_the_same_pages_whatever_the_rows_beside_i
     try:
         with backend.write() as w:
             w.put("n", b"inv", sid)
-            for (table, _, _), rows in zip(spans, want, strict=True):
+            for (table, *_), rows in zip(spans, want, strict=True):
                 w.put_many(table, rows)
         pages = []
         for others in (500, 5_000):  # rows of other streams, before and after this one's

@@ -377,8 +377,32 @@ class TestLogSaverPostgres(PersistentSaverContract):
         pg_statements.clear()
         listed = saver.list("t", limit=10)
         assert [c.state["i"] for c in listed] == list(range(29, 19, -1))
-        assert pg_statements.count("BEGIN") == 2, pg_statements  # locate, then the frames
-        assert len(pg_statements) <= 8, pg_statements
+        assert pg_statements.count("BEGIN") == 1, pg_statements  # the frames (locate: below)
+        assert len(pg_statements) <= 5, pg_statements
+
+    def test_a_get_is_two_statements_outside_a_transaction(
+        self, saver: LogSaver, pg_statements: list[str]
+    ) -> None:
+        """``get`` (latest or by id) locates the thread (its id and head row: one statement)
+        and reads the checkpoint's frame (its index row and log row: one statement), where it
+        took two read transactions (7 round trips); ``get_step`` reads the step index row
+        between them."""
+        for i in range(5):
+            saver.put("t", {"i": i})
+        saver.put_step("t", "s", {"i": 0})
+        latest = saver.get("t")
+        assert latest is not None
+        pg_statements.clear()
+        assert saver.get("t") == latest
+        assert saver.get("t", latest.id) == latest
+        assert pg_statements.count("BEGIN") == 0, pg_statements
+        assert len(pg_statements) == 4, pg_statements
+        pg_statements.clear()
+        step = saver.get_step("t", "s")
+        assert step is not None
+        assert step.state == {"i": 0}
+        assert len(pg_statements) == 3, pg_statements
+        assert "BEGIN" not in pg_statements, pg_statements
 
 
 class TestLogSaverMemory(SaverContract):
@@ -518,14 +542,14 @@ def test_reads_cost_frames_independent_of_history(saver: LogSaver) -> None:
         saver.put("t", {"i": i})
         saver.put_step("t", f"s{i % 7}", {"i": i})
     reads: list[int] = []
-    real = saver.log.read_stream
+    real = saver.log.decode_stored  # (every frame read, however it is read, is decoded here)
 
-    def counting(stream: str, from_seq: int = 1, to_seq: int | None = None) -> Any:
-        for sf in real(stream, from_seq, to_seq):
-            reads.append(sf.seq)
-            yield sf
+    def counting(stream: str, gseq: int, data: bytes, where: Any = None) -> Any:
+        sf = real(stream, gseq, data, where)
+        reads.append(sf.seq)
+        return sf
 
-    saver.log.read_stream = counting  # type: ignore[method-assign]
+    saver.log.decode_stored = counting  # type: ignore[method-assign]
     latest = saver.get("t")
     assert latest is not None
     assert len(reads) == 1

@@ -52,7 +52,7 @@ from eventlog.errors import (
     InvalidType,
 )
 from eventlog.frames import Event
-from eventlog.integrations.headed import HeadedEventView
+from eventlog.integrations.headed import HeadedEventView, read_frame_now
 from eventlog.log import Appended, DeferredFrame, EventLog, stream_key_bytes
 from eventlog.reports import VerifyReport
 from eventlog.validate import is_int
@@ -291,13 +291,11 @@ class LogCheckpointManager:
         raw_key = stream.encode("utf-8", "surrogatepass")
         if len(raw_key) > self._max_key:
             return None
-        with self.log.backend.read() as txn:
-            sid = self.log.stream_id(txn, stream)
-            row = VIEW.read_head(txn, sid) if sid is not None else None
-        head = row if row is not None else _Head()
-        if head.latest == 0:
+        found = VIEW.locate(self.log, stream)  # (two statements on a server: this, the frame)
+        head = None if found is None else found[1]
+        if found is None or head is None or head.latest == 0:
             return None
-        sf = self.log.read_frame(stream, head.latest)
+        sf = read_frame_now(self.log, stream, found[0], head.latest)
         frame = sf.frame if sf is not None else None
         if not isinstance(frame, Event) or frame.name != CHECKPOINT:
             raise CorruptFrame(

@@ -25,10 +25,10 @@ import msgspec
 
 from backends.base import ReadTxn, WriteTxn
 from eventlog import walker
-from eventlog.errors import CheckpointError
+from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import Event
-from eventlog.layout import U64
-from eventlog.log import EventLog, StoredFrame
+from eventlog.layout import LOG, STREAM_IDS, STREAMS, U64, U64X2
+from eventlog.log import EventLog, StoredFrame, stream_key_bytes
 from eventlog.reports import Problem
 from eventlog.streams import Step, StreamInfo
 
@@ -73,6 +73,17 @@ class HeadedEventView(Generic[H]):
     def read_head(self, txn: ReadTxn, sid: int) -> H | None:
         raw = txn.get(self.table, self.head_key(sid))
         return None if raw is None else self._dec.decode(raw)
+
+    def locate(self, log: EventLog, stream: str) -> tuple[int, H | None] | None:
+        """The id and head row of ``stream`` (``None``: no frames), in a read of its own: one
+        statement on a server (:meth:`~backends.base.Backend.get_named_spans_now`: the head
+        row joined to the stream's id), where a read transaction takes four round trips."""
+        span = (self.table, self.head_prefix, b"", b"\x00")
+        name = stream_key_bytes(stream, log.backend.max_key_bytes)
+        p, spans = log.backend.get_named_spans_now(STREAM_IDS, name, (span,))
+        if p is None:
+            return None
+        return U64.unpack(p)[0], self._dec.decode(spans[0][0][1]) if spans[0] else None
 
     def write_head(self, txn: WriteTxn, sid: int, head: H) -> None:
         txn.put(self.table, self.head_key(sid), self._enc.encode(head))
@@ -205,3 +216,22 @@ class HeadedEventView(Generic[H]):
             for sid in sorted(rows)
         )
         return problems
+
+
+def read_frame_now(log: EventLog, stream: str, sid: int, seq: int) -> StoredFrame[Any] | None:
+    """Frame ``seq`` of ``stream`` (id ``sid``; ``None``: no such seq) in a read of its own:
+    its index row joined to its log row, one statement on a server
+    (:meth:`~backends.base.Backend.get_indexed_now`) where ``EventLog.read_frame`` takes five
+    round trips. A stored frame never changes, so it needs no snapshot shared with the head row
+    that named it."""
+    gkey, data = log.backend.get_indexed_now(STREAMS, U64X2.pack(sid, seq), LOG)
+    if gkey is None:
+        return None
+    if data is None:
+        raise CorruptFrame(
+            f"stream {stream!r} seq {seq}: index points at log #{U64.unpack(gkey)[0]}, which "
+            "is missing; run verify()",
+            stream=stream,
+            seq=seq,
+        )
+    return log.decode_stored(stream, U64.unpack(gkey)[0], data, (sid, seq))

@@ -47,6 +47,7 @@ from techrevati.runtime import Checkpoint, StepRecord
 from backends.base import Backend, Durability, WriteTxn
 from eventlog.errors import CheckpointError, CorruptFrame, InvalidRecord, InvalidType
 from eventlog.frames import Event
+from eventlog.integrations.headed import read_frame_now
 from eventlog.integrations.techrevati_store import (
     STREAM_PREFIX,
     TABLE,
@@ -308,17 +309,13 @@ class LogSaver:
         raw_key = stream.encode("utf-8", "surrogatepass")
         if len(raw_key) > self._max_key:
             return None  # no thread this long can have been saved
-        with self.log.backend.read() as txn:
-            sid = self.log.stream_id(txn, stream)
-            if sid is None:
-                return None
-            head = VIEW.read_head(txn, sid)
-        if head is None:
+        found = VIEW.locate(self.log, stream)  # (one statement on a server)
+        if found is None or found[1] is None:
             return None
-        return stream, sid, head
+        return stream, found[0], found[1]
 
-    def _checkpoint_frame(self, stream: str, seq: int) -> _Checkpoint:
-        sf = self.log.read_frame(stream, seq)
+    def _checkpoint_frame(self, stream: str, sid: int, seq: int) -> _Checkpoint:
+        sf = read_frame_now(self.log, stream, sid, seq)
         frame = sf.frame if sf is not None else None
         if not isinstance(frame, Event) or frame.name != CHECKPOINT:
             raise CorruptFrame(
@@ -329,12 +326,12 @@ class LogSaver:
             )
         return msgspec.convert(frame.data, _Checkpoint)
 
-    def _live(self, stream: str, head: _Head, checkpoint_id: str) -> _Checkpoint | None:
+    def _live(self, stream: str, sid: int, head: _Head, checkpoint_id: str) -> _Checkpoint | None:
         """The live checkpoint ``checkpoint_id`` of the thread, or ``None``."""
         seq = _seq_of(checkpoint_id)
         if seq is None or not head.base < seq <= head.cp:
             return None
-        sf = self.log.read_frame(stream, seq)
+        sf = read_frame_now(self.log, stream, sid, seq)
         frame = sf.frame if sf is not None else None
         if not isinstance(frame, Event) or frame.name != CHECKPOINT:
             return None  # that seq is a step: the id is not one of this thread's
@@ -361,12 +358,12 @@ class LogSaver:
         found = self._locate(thread_id)
         if found is None:
             return None
-        stream, _, head = found
+        stream, sid, head = found
         if checkpoint_id is None:
             if head.cp == 0:
                 return None
-            return self._to_checkpoint(thread_id, self._checkpoint_frame(stream, head.cp))
-        data = self._live(stream, head, checkpoint_id)
+            return self._to_checkpoint(thread_id, self._checkpoint_frame(stream, sid, head.cp))
+        data = self._live(stream, sid, head, checkpoint_id)
         return None if data is None else self._to_checkpoint(thread_id, data)
 
     def put(
@@ -406,11 +403,11 @@ class LogSaver:
         found = self._locate(thread_id)
         if found is None:
             return []
-        stream, _, head = found
+        stream, sid, head = found
         if before is None:
             seq = head.cp
         else:
-            cursor = self._live(stream, head, before)
+            cursor = self._live(stream, sid, head, before)
             if cursor is None:
                 return []
             seq = cursor.prev
@@ -420,7 +417,7 @@ class LogSaver:
             data = window.get(seq)
             if data is None:  # the frames up to seq, read at once (not a read per checkpoint)
                 window = self._checkpoints_before(stream, seq, 2 * (limit - len(out)))
-                data = window.get(seq) or self._checkpoint_frame(stream, seq)  # (raises)
+                data = window.get(seq) or self._checkpoint_frame(stream, sid, seq)  # (raises)
             out.append(self._to_checkpoint(thread_id, data))
             seq = data.prev
         return out
@@ -466,11 +463,11 @@ class LogSaver:
         if found is None:
             return None
         stream, sid, _ = found
-        with self.log.backend.read() as txn:
-            raw = txn.get(TABLE, _steps_prefix(sid) + _step_digest(step_key))
+        key = _steps_prefix(sid) + _step_digest(step_key)
+        raw = self.log.backend.get_many_now(TABLE, [key])[0]  # (one statement on a server)
         if raw is None:
             return None
-        step = self._step_frame(stream, _U64.unpack(raw)[0])
+        step = self._step_frame(stream, sid, _U64.unpack(raw)[0])
         if step.key != step_key:
             return None  # a 128-bit digest collision: the stored step is another key's
         return _to_step(thread_id, step)
@@ -485,10 +482,10 @@ class LogSaver:
         with self.log.backend.read() as txn:
             seqs = sorted(_U64.unpack(v)[0] for _, v in txn.scan_prefix(TABLE, _steps_prefix(sid)))
         # Each step's created_at is unique in its thread and grows with seq: seq order is it.
-        return [_to_step(thread_id, self._step_frame(stream, seq)) for seq in seqs]
+        return [_to_step(thread_id, self._step_frame(stream, sid, seq)) for seq in seqs]
 
-    def _step_frame(self, stream: str, seq: int) -> _Step:
-        sf = self.log.read_frame(stream, seq)
+    def _step_frame(self, stream: str, sid: int, seq: int) -> _Step:
+        sf = read_frame_now(self.log, stream, sid, seq)
         frame = sf.frame if sf is not None else None
         if not isinstance(frame, Event) or frame.name != STEP:
             raise CorruptFrame(
