@@ -161,20 +161,8 @@ def read_head_now(backend: Backend, name: bytes) -> tuple[int, HeadRow, Head | N
     if row.layout:
         return sid, row, None
     body = dict(bodies)
-    head = Head(
-        invocation_id=row.invocation_id,
-        correlation_id=row.correlation_id,
-        schema_version=row.schema_version,
-        state=body.get(p + b"s") or b"\xc0",
-        parent_states=body.get(p + b"p") or b"\x90",
-        positions=[_dec_pos.decode(v) for _, v in positions],
-        last_saved_at=row.last_saved_at,
-        kind=row.kind,
-        slots=[],
-        next_fid=row.next_fid,
-        seq=row.seq,
-    )
-    return sid, row, head
+    positions_ = [_dec_pos.decode(v) for _, v in positions]
+    return sid, row, _head(row, positions_, body.get(p + b"s"), body.get(p + b"p"), [])
 
 
 def read_head(
@@ -198,12 +186,23 @@ def read_head(
         )
         for hd in row.layout
     ]
-    head = Head(
+    return _head(row, positions, txn.get(BODIES, k + b"s"), txn.get(BODIES, k + b"p"), slots), row
+
+
+def _head(
+    row: HeadRow,
+    positions: list[NodePosition],
+    state: bytes | None,
+    parent_states: bytes | None,
+    slots: list[Slot],
+) -> Head:
+    """The head of a stream from its rows (an absent body: its empty value)."""
+    return Head(
         invocation_id=row.invocation_id,
         correlation_id=row.correlation_id,
         schema_version=row.schema_version,
-        state=txn.get(BODIES, k + b"s") or b"\xc0",
-        parent_states=txn.get(BODIES, k + b"p") or b"\x90",
+        state=state or b"\xc0",
+        parent_states=parent_states or b"\x90",
         positions=positions,
         last_saved_at=row.last_saved_at,
         kind=row.kind,
@@ -211,7 +210,6 @@ def read_head(
         next_fid=row.next_fid,
         seq=row.seq,
     )
-    return head, row
 
 
 def read_positions(txn: ReadTxn, sid: int) -> list[NodePosition]:
