@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,10 @@ SAVES = 20
 STATE = {"doc": "x" * 200}
 
 
-def _counting() -> tuple[list[str], Callable[[], None]]:
-    """The statements ckptlog's PostgreSQL readers send from now on (``BEGIN`` per read
-    transaction), and the function that stops counting."""
+@contextlib.contextmanager
+def sent_statements() -> Iterator[list[str]]:
+    """The statements ckptlog's PostgreSQL readers send inside the block, in order
+    (``"BEGIN"`` for each read transaction begun; its ``COMMIT`` is not listed)."""
     from backends import postgres  # noqa: PLC0415
 
     sent: list[str] = []
@@ -52,12 +54,11 @@ def _counting() -> tuple[list[str], Callable[[], None]]:
 
     postgres._PgRead._q = q  # type: ignore[method-assign]
     postgres._ReadScope.__enter__ = enter  # type: ignore[method-assign]
-
-    def stop() -> None:
+    try:
+        yield sent
+    finally:
         postgres._PgRead._q = real_q  # type: ignore[method-assign]
         postgres._ReadScope.__enter__ = real_enter  # type: ignore[method-assign]
-
-    return sent, stop
 
 
 def build(url: str, schemas: Schemas) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
@@ -150,9 +151,8 @@ def measure(ops: dict[str, Callable[[], Any]], rounds: int, calls: int) -> dict[
 
 
 def statements(ops: dict[str, Callable[[], Any]]) -> dict[str, dict[str, int]]:
-    sent, stop = _counting()
     out: dict[str, dict[str, int]] = {}
-    try:
+    with sent_statements() as sent:
         for name, op in ops.items():
             if name.startswith(("PostgresSaver", "floor")):
                 continue
@@ -160,8 +160,6 @@ def statements(ops: dict[str, Callable[[], Any]]) -> dict[str, dict[str, int]]:
             op()
             begins = sent.count("BEGIN")
             out[name] = {"statements": len(sent) - begins, "transactions": begins}
-    finally:
-        stop()
     return out
 
 

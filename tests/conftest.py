@@ -87,22 +87,10 @@ def pg_schemas() -> Iterator[Any]:
 
 
 @pytest.fixture
-def pg_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def pg_statements() -> Iterator[list[str]]:
     """The statements PostgreSQL readers send from now on, in order (``"BEGIN"`` for each read
     transaction begun); clear it to count one call's."""
-    from backends import postgres  # noqa: PLC0415 - psycopg only for the tests that use it
+    from benchmarks.pg_reads import sent_statements  # noqa: PLC0415 - psycopg only here
 
-    statements: list[str] = []
-    real_q, real_enter = postgres._PgRead._q, postgres._ReadScope.__enter__
-
-    def q(self: Any, query: str, params: Any = ()) -> Any:
-        statements.append(query)
-        return real_q(self, query, params)
-
-    def enter(self: Any) -> Any:
-        statements.append("BEGIN")
-        return real_enter(self)
-
-    monkeypatch.setattr(postgres._PgRead, "_q", q)
-    monkeypatch.setattr(postgres._ReadScope, "__enter__", enter)
-    return statements
+    with sent_statements() as statements:
+        yield statements
