@@ -91,12 +91,13 @@ from eventlog.materialized import (
     HeadRow,
     corr_prefix,
     decode_row,
+    head_of,
     last_snapshot_at_or_before,
     load_rows,
     pending_indices,
-    read_head,
     read_head_now,
     read_row,
+    read_slots,
     summary,
 )
 from eventlog.open_options import check_batching
@@ -557,19 +558,20 @@ class CheckpointLog(HeadCache):
             now = read_head_now(backend, stream_key_bytes(invocation_id, backend.max_key_bytes))
             if now is None:
                 return None
-        if now is None or now[2] is None:  # (fan-outs: their rows are read in chunks)
+        if now is None or now[1].layout:  # (fan-outs: their rows, in chunks)
             with backend.read() as txn:
-                got = self.log.stream_id(txn, invocation_id)
+                got = self.log.stream_id(txn, invocation_id) if now is None else now[0]
                 got_row = None if got is None else read_row(txn, got)
                 if got is None or got_row is None:
                     return None
                 if rows_max is not None and load_rows(got_row) > rows_max:
                     return TOO_BIG
-                loaded = read_head(txn, got, got_row, self.lazy_instances_over)
-            assert loaded is not None
-            now = got, got_row, loaded[0]
+                lazy = self.lazy_instances_over
+                if now is not None and got_row == now[1]:  # unchanged since: its fan-outs only
+                    now[2].slots = read_slots(txn, got, got_row, lazy)
+                else:
+                    now = got, got_row, head_of(txn, got, got_row, lazy)
         sid, row, head = now
-        assert head is not None
         if rows_max is not None and load_rows(row) > rows_max:
             return TOO_BIG
         if rows_max is not None and len(head.state) + len(head.parent_states) > rows_max * 1024:

@@ -146,23 +146,22 @@ _HEAD_SPANS: Final = (
 )
 
 
-def read_head_now(backend: Backend, name: bytes) -> tuple[int, HeadRow, Head | None] | None:
+def read_head_now(backend: Backend, name: bytes) -> tuple[int, HeadRow, Head] | None:
     """The stream id, head row and head of the stream whose ``STREAM_IDS`` key is ``name``,
     read as a transaction of its own (:meth:`Backend.get_named_spans_now`: one statement on a
     server, where a read transaction takes six round trips); ``None`` when the stream or its
-    head is absent. The head of a stream with fan-outs is ``None``: their instance rows are
-    read in chunks, or lazily, in a read transaction (:func:`read_head`)."""
+    head is absent. The head's fan-outs are left empty: their instance rows are read in chunks,
+    or lazily, in a read transaction (:func:`read_slots`)."""
     p, spans = backend.get_named_spans_now(STREAM_IDS, name, _HEAD_SPANS)
     if p is None or not spans[0]:
         return None
     heads, positions, bodies = spans
     row = _dec_row.decode(heads[0][1])
-    sid = U64.unpack(p)[0]
-    if row.layout:
-        return sid, row, None
     body = dict(bodies)
     positions_ = [_dec_pos.decode(v) for _, v in positions]
-    return sid, row, _head(row, positions_, body.get(p + b"s"), body.get(p + b"p"), [])
+    slots = [Slot(hd, []) for hd in row.layout]
+    head = _head(row, positions_, body.get(p + b"s"), body.get(p + b"p"), slots)
+    return U64.unpack(p)[0], row, head
 
 
 def read_head(
@@ -173,11 +172,21 @@ def read_head(
     fan-out with more instances is left empty (its rows unread; the caller reads them lazily)."""
     if row is None:
         row = read_row(txn, sid)
-    if row is None:
-        return None
+    return None if row is None else (head_of(txn, sid, row, lazy_over), row)
+
+
+def head_of(txn: ReadTxn, sid: int, row: HeadRow, lazy_over: int | None) -> Head:
+    """:func:`read_head` of a stream whose head row the caller read: ``row``."""
     k = U64.pack(sid)
     positions = [_dec_pos.decode(v) for _, v in txn.scan_prefix(POSITIONS, k)]
-    slots = [
+    slots = read_slots(txn, sid, row, lazy_over)
+    return _head(row, positions, txn.get(BODIES, k + b"s"), txn.get(BODIES, k + b"p"), slots)
+
+
+def read_slots(txn: ReadTxn, sid: int, row: HeadRow, lazy_over: int | None) -> list[Slot]:
+    """The fan-outs of a stream whose head row is ``row``, each with its instances from their
+    rows (one with more than ``lazy_over`` left empty: the caller reads it lazily)."""
+    return [
         Slot(
             hd,
             []
@@ -186,7 +195,6 @@ def read_head(
         )
         for hd in row.layout
     ]
-    return _head(row, positions, txn.get(BODIES, k + b"s"), txn.get(BODIES, k + b"p"), slots), row
 
 
 def _head(

@@ -37,3 +37,38 @@ class TestCheckpointerPostgres(CheckpointerContract):
 
     def make_checkpointer(self, tmp_path: Path, **kw: Any) -> Checkpointer:
         return Checkpointer.open(self.schemas.url(tmp_path), **kw)
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_fan_out_record_loads_whole_whether_or_not_it_changed_after_its_one_statement(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changed: bool
+) -> None:
+    """On PostgreSQL a record's head row, positions and bodies come from one statement and
+    its fan-out rows from a read transaction after it. The transaction reads the head row
+    again: unchanged, only the fan-outs are read; changed meanwhile (a save landed between
+    the two), the whole record is read again in the transaction, never a mix of the two."""
+    from eventlog import checkpoints  # noqa: PLC0415
+    from eventlog.testing import NOT_STARTED, done, fan_out, make_record, pos  # noqa: PLC0415
+
+    url = pg_schemas.url(tmp_path)
+    first = make_record(
+        "job", positions=[pos("a", 0)], fan_outs=[fan_out("f", [done("r0"), NOT_STARTED])]
+    )
+    second = make_record(
+        "job",
+        at=2.0,
+        positions=[pos("a", 0), pos("b", 1)],
+        fan_outs=[fan_out("f", [done("r0"), done("r1")])],
+    )
+    with CheckpointLog.open(url) as writer, CheckpointLog.open(url) as reader:
+        writer.save("job", first)
+        real = checkpoints.read_head_now
+
+        def racing(backend: Any, name: bytes) -> Any:
+            got = real(backend, name)
+            if changed:
+                writer.save("job", second)
+            return got
+
+        monkeypatch.setattr(checkpoints, "read_head_now", racing)
+        assert reader.load("job") == (second if changed else first)
