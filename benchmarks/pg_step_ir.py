@@ -1,7 +1,7 @@
 """The client instructions of one LangGraph step on PostgreSQL, counted (issue #24).
 
-``python -m benchmarks.pg_step_ir [--n N] [--k K] [--doc-bytes B] [--rows NAME ...] [--areas]
-[--out PATH]``
+``python -m benchmarks.pg_step_ir [--n N] [--k K] [--doc-bytes B] [--rows NAME ...]
+[--areas [A ...]] [--jobs J] [--out PATH]``
 
 A step is what :func:`benchmarks.pg_compare.bench_linear` times: a recorded graph step's
 ``put_writes`` then its ``put``, replayed on ckptlog's saver on PostgreSQL (``ours``:
@@ -18,15 +18,16 @@ It also counts, without valgrind, the statements (``Execute`` and simple ``Query
 the round trips (``Sync`` and simple ``Query`` messages) every connection of the store sends per
 step, from libpq's trace of each connection.
 
-``--areas``: where ours spends them. One child per area runs the ``K`` steps after ``N`` with
-callgrind collecting only inside ``functools.reduce``, through which the area's functions are
-called (outermost calls only): the whole step, the backend's ``run_write`` (all of a write
-transaction, the saver's work inside it included), and within it the backend's transaction
-operations (``put``, ``get``, ``append_indexed`` ...), the scope's entry and its exit (the
-commit: ``_at_once``, of it the batch's statement and parameters, the pipeline, ``committed``).
+``--areas``: where ours spends them (the areas named, or all). One child per area runs the
+``K`` steps after ``N`` with callgrind collecting only inside ``functools.reduce``, through
+which the area's functions are called (outermost calls only): the whole step, the backend's
+``run_write`` (all of a write transaction, the saver's work inside it included), and within it
+the backend's transaction operations (``put``, ``get``, ``append_indexed`` ...), the scope's
+entry and its exit (the commit: ``_at_once``; of it the batch's statement and parameters, the
+pipeline, ``committed``).
 
-Needs ``valgrind`` on the PATH and the server ``CKPTLOG_PG_URL`` (default: the loopback server,
-database ``test``).
+The callgrind runs go ``J`` at a time (default 2). Needs ``valgrind`` on the PATH and the
+server ``CKPTLOG_PG_URL`` (default: the loopback server, database ``test``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -201,9 +203,10 @@ def _callgrind(args: list[str], extra: list[str]) -> int:
     return int(m.group(1).replace(",", ""))
 
 
-def instructions(row: str, n: int, k: int, calls_file: str) -> float:
-    base = _callgrind([row, str(n), "0", calls_file, "-"], [])
-    return (_callgrind([row, str(n + k), "0", calls_file, "-"], []) - base) / k
+def instructions(row: str, n: int, k: int, calls_file: str, pool: Executor) -> float:
+    base = pool.submit(_callgrind, [row, str(n), "0", calls_file, "-"], [])
+    more = pool.submit(_callgrind, [row, str(n + k), "0", calls_file, "-"], [])
+    return (more.result() - base.result()) / k
 
 
 def area_instructions(area: str, n: int, k: int, calls_file: str) -> float:
@@ -260,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=400)
     parser.add_argument("--doc-bytes", type=int, default=0)
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
-    parser.add_argument("--areas", action="store_true", help="also ours by area")
+    parser.add_argument(
+        "--areas", nargs="*", choices=list(AREAS), help="also ours by area (none named: all)"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="callgrind runs at once")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.child:
@@ -273,20 +279,27 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {}
     print(f"| store (N = {args.n}, K = {args.k}) | instructions per step | statements | trips |")
     print("|---|---:|---:|---:|")
-    with tempfile.NamedTemporaryFile(suffix=".pickle") as f:
+    with (
+        tempfile.NamedTemporaryFile(suffix=".pickle") as f,
+        ThreadPoolExecutor(args.jobs) as pool,
+    ):
         f.write(pickle.dumps(calls))
         f.flush()
+        areas_run = {
+            area: pool.submit(area_instructions, area, args.n, args.k, f.name)
+            for area in (args.areas or AREAS if args.areas is not None else ())
+        }
         for row in args.rows:
-            per = instructions(row, args.n, args.k, f.name)
+            per = instructions(row, args.n, args.k, f.name, pool)
             sent = messages(row, calls, args.n, args.k)
             out[row] = {"instructions": per, **sent}
             trips = sent["round_trips"]
             print(f"| {row} | {per:,.0f} | {sent['statements']:.2f} | {trips:.2f} |", flush=True)
-        if args.areas:
+        if areas_run:
             print("\n| ours, area | instructions per step |\n|---|---:|")
             areas = out["areas"] = {}
-            for area in AREAS:
-                areas[area] = area_instructions(area, args.n, args.k, f.name)
+            for area, counted in areas_run.items():
+                areas[area] = counted.result()
                 print(f"| {area} | {areas[area]:,.0f} |", flush=True)
     if "ours" in out and "theirs" in out:
         ratio = out["ours"]["instructions"] / out["theirs"]["instructions"]
