@@ -92,7 +92,6 @@ import hashlib
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -121,11 +120,13 @@ from backends.postgres_batch import (
     Batch,
     ByteaArray,
     bytea_array,
+    for_psycopg,
     render,
 )
 from backends.postgres_fast import RawPipeline
 from backends.postgres_fast import error_of as raw_error
 from backends.postgres_fast import failed as raw_failed
+from backends.postgres_known import Known as _Known
 from eventlog.errors import (
     CheckpointError,
     CommitOutcomeUnknown,
@@ -155,11 +156,6 @@ SERVER_KEEPALIVES = (
 )
 OPEN_ATTEMPTS = 5  # opens tried when the connection drops while checking the schema
 RETRY_SLEEP_S = 0.05  # first backoff between write attempts; doubles, capped at 1 s
-# What a process keeps of the rows its write transactions wrote and read (_Known): rows, and
-# the largest value kept (a bigger one is read again when needed).
-KNOWN_ROWS_MAX = 65_536
-KNOWN_VALUE_BYTES_MAX = 1 << 20
-KNOWN_BYTES_MAX = 64 << 20  # the values kept, in all
 # After a transaction's assumptions failed, this many transactions at most read for real
 # before one runs on assumptions again (doubling from 1 while they keep failing).
 ASSUME_BACKOFF_MAX = 64
@@ -534,74 +530,6 @@ class _PgRead(ReadTxn):
         return n
 
 
-class _Known:
-    """What this process's own write transactions wrote and read, as they committed: a
-    guess at what the server holds, never trusted. A transaction that runs on it
-    (:attr:`_PgWrite.assuming`) answers a read from it and queues an assertion that the
-    server holds exactly that (:class:`backends.postgres_batch.Batch`), checked after the
-    writers' lock in the same round trip as the writes and the COMMIT: one that fails aborts
-    the transaction, which runs again reading for real (:class:`_StaleAssumption`)."""
-
-    __slots__ = ("appended", "last", "opaque", "rows", "size")
-
-    def __init__(self) -> None:
-        # (table, key) -> value (None: absent), least recently used first
-        self.rows: OrderedDict[tuple[str, bytes], bytes | None] = OrderedDict()
-        self.size = 0  # bytes of the values in rows
-        # rows that exist with a value too big to keep: read, never assumed (absent or not)
-        self.opaque: OrderedDict[tuple[str, bytes], None] = OrderedDict()
-        # table -> (its greatest key, that row's value when known); None: the table is empty
-        self.last: dict[str, tuple[bytes, bytes | None] | None] = {}
-        self.appended: set[str] = set()  # tables rows were appended to: their rows not kept
-
-    def clear(self) -> None:
-        self.rows.clear()
-        self.opaque.clear()
-        self.size = 0
-        self.last.clear()
-
-    def get(self, table: str, key: bytes) -> tuple[bool, bytes | None]:
-        """``(known, value)``."""
-        k = (table, key)
-        try:
-            value = self.rows[k]
-        except KeyError:
-            return False, None
-        self.rows.move_to_end(k)
-        return True, value
-
-    def merge(self, rows: dict[tuple[str, bytes], bytes | None], dropped: list[str]) -> None:
-        appended = self.appended
-        known = self.rows
-        for t in dropped:
-            for k in [k for k in known if k[0] == t]:
-                self._drop(k)
-            for k in [k for k in self.opaque if k[0] == t]:
-                del self.opaque[k]
-        for k, v in rows.items():
-            if k[0] in appended:
-                continue
-            self._drop(k)
-            if v is not None and len(v) > KNOWN_VALUE_BYTES_MAX:
-                self.opaque[k] = None
-                continue
-            self.opaque.pop(k, None)
-            known[k] = v
-            if v is not None:
-                self.size += len(v)
-        while len(known) > KNOWN_ROWS_MAX or self.size > KNOWN_BYTES_MAX:
-            _, v = known.popitem(last=False)
-            if v is not None:
-                self.size -= len(v)
-        while len(self.opaque) > KNOWN_ROWS_MAX:
-            self.opaque.popitem(last=False)
-
-    def _drop(self, k: tuple[str, bytes]) -> None:
-        v = self.rows.pop(k, None)
-        if v is not None:
-            self.size -= len(v)
-
-
 class _StaleAssumption(RetryableWrite):
     """A transaction that ran on what this process last knew (:class:`_Known`) found the
     server had changed: it was rolled back and runs again, reading what is stored."""
@@ -696,7 +624,8 @@ class _PgWrite(_PgRead, WriteTxn):
         batch = self.take_batch(final=final)
         if not batch:
             return None
-        return self._conn.execute(self._owner._batch_text(batch), batch.params(), binary=True)
+        text = self._owner._batch_text(batch)
+        return self._conn.execute(text, for_psycopg(text, batch.params()), binary=True)
 
     def _flush(self) -> None:
         """:meth:`_send`, its error as the backend's."""
@@ -736,9 +665,11 @@ class _PgWrite(_PgRead, WriteTxn):
         return super().scan(table, start, stop, reverse=reverse, limit=limit)
 
     def prefetch(self, table: str, keys: list[bytes]) -> None:
-        s = self._readable(table)
-        if s is None or self.assuming:
-            return  # assuming: get() answers from what is known, or assumes absent
+        if self.assuming and table in self._owner._sql:
+            return  # get() answers from what is known, or assumes absent
+        s = self._readable(table)  # raises for a table not declared
+        if s is None:
+            return
         ok = [k for k in keys if isinstance(k, bytes) and 0 < len(k) <= POSTGRES_KEY_BYTES_MAX]
         if not ok:
             return
@@ -1016,6 +947,9 @@ class _PgWrite(_PgRead, WriteTxn):
         self._appended(table, key, value)
 
     def append_many(self, table: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        if len(pairs) == 1:  # append's checks are these
+            self.append(table, pairs[0][0], pairs[0][1])
+            return
         self._pre.pop(table, None)  # a prefetched value may be stale now
         if not pairs:
             return
@@ -1023,9 +957,6 @@ class _PgWrite(_PgRead, WriteTxn):
             self._check_key(k)
         check_ascending(table, self._last_known(table), pairs)
         self._sql(table)
-        if len(pairs) == 1:
-            self.append(table, pairs[0][0], pairs[0][1])
-            return
         values = [bytes(v) for _, v in pairs]
         self._batch.write(table, dict(zip([k for k, _ in pairs], values, strict=True)), new=True)
         for (key, _), value in zip(pairs, values, strict=True):
@@ -1132,11 +1063,11 @@ class _PgWrite(_PgRead, WriteTxn):
         # A pruned table's rows known before are dropped; what this transaction wrote or read
         # in it after the prune is exact (delete_prefix forgot the table's earlier ones).
         known.merge(self.seen, self.pruned)
-        for t in self.touched | set(self._last):
-            if t in self._last:
-                key = self._last[t]
-                known.last[t] = None if key is None else (key, self._last_value.get(t))
-            else:
+        lasts, values = self._last, self._last_value
+        for t, key in lasts.items():
+            known.last[t] = None if key is None else (key, values.get(t))
+        for t in self.touched:
+            if t not in lasts:
                 known.last.pop(t, None)
 
 
@@ -1384,7 +1315,7 @@ class _WriteScope:
         at_commit = len(statements)
         statements.append(("COMMIT", None))
         if owner._flush_after:
-            statements.extend((statement, None) for statement in _FLUSH)
+            statements += _FLUSH_RAW
         results: list[Any] = []
         error: psycopg.Error | None = None
         try:
@@ -2125,6 +2056,7 @@ _BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # messages) is that WAL, written by any role at ``wal_level = replica``.
 _FLUSH_WAL = "pg_current_xact_id(), pg_logical_emit_message(false, 'ckptlog', 'flush')"
 _FLUSH = (f"SELECT set_config('synchronous_commit', 'on', true), {_FLUSH_WAL}",)
+_FLUSH_RAW = [(statement, None) for statement in _FLUSH]  # as RawPipeline.run takes them
 # The same as one simple query (outside a pipeline).
 _FLUSH_NOW = f"BEGIN; SET LOCAL synchronous_commit = on; SELECT {_FLUSH_WAL}; COMMIT"
 

@@ -25,7 +25,7 @@ import psycopg
 from psycopg import errors, generators, pq
 from psycopg.waiting import Wait
 
-from backends.postgres_batch import BYTEA_ARRAY_OID, BYTEA_OID, STATEMENTS_CACHED_MAX, ByteaArray
+from backends.postgres_batch import STATEMENTS_CACHED_MAX, param_types
 
 _PLACEHOLDER = re.compile(r"%b")
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
@@ -98,6 +98,7 @@ class RawPipeline:
         pgconn = conn.pgconn
         names = self.names
         closed = len(names) if len(names) >= STATEMENTS_CACHED_MAX else 0
+        send = pgconn.send_query_prepared
         pgconn.enter_pipeline_mode()
         try:
             if closed:
@@ -114,20 +115,15 @@ class RawPipeline:
                 if name is None:
                     self.serial += 1
                     name = b"ckptlog_%d" % self.serial
-                    types = [
-                        BYTEA_ARRAY_OID if isinstance(p, ByteaArray) else BYTEA_OID
-                        for p in params or ()
-                    ]
-                    pgconn.send_prepare(name, numbered(text), types or None)
+                    pgconn.send_prepare(name, numbered(text), param_types(text) or None)
                     pending[text] = name
                     fresh = (text, name)
                 parsed.append(fresh)
-                pgconn.send_query_prepared(
-                    name,
-                    params or None,
-                    param_formats=[1] * len(params) if params else None,
-                    result_format=1,
-                )
+                # positional: the binding's keyword parsing cost more than the call's work
+                if params:
+                    send(name, params, [1] * len(params), 1)
+                else:
+                    send(name, None, None, 1)
             pgconn.pipeline_sync()
             got: list[pq.abc.PGresult] = []
             try:

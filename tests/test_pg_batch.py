@@ -14,8 +14,8 @@ from pg_schemas import PgSchemas
 
 from backends.base import WriteTxn
 from backends.postgres import PostgresBackend
-from backends.postgres_batch import bytea_array
-from backends.postgres_fast import RawPipeline
+from backends.postgres_batch import Batch, bytea_array, for_psycopg, param_types, render
+from backends.postgres_fast import RawPipeline, failed
 
 TABLES = ("log", "a", "b")
 
@@ -211,6 +211,50 @@ def test_bytea_arrays_with_nulls_read_back_as_sent(pg_schemas: PgSchemas, tmp_pa
         backend.close()
 
 
+def test_a_batch_of_every_kind_runs_through_psycopg_and_the_raw_pipeline(
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
+    """The batch's ``bytea[]`` parameters are plain bytes, typed by the statement's casts
+    (``param_types``): psycopg is given them wrapped (``for_psycopg``), the raw pipeline
+    prepares them with those types; both run the statement, its assertions holding."""
+    backend = _open(pg_schemas, tmp_path)
+    backend.run_write(
+        lambda t: (t.append("log", b"\x01", b"f1"), t.put("a", b"x", b"1"), t.put("b", b"y", b"2"))
+    )
+    batch = Batch()
+    batch.write("a", {b"k1": b"v1", b"k2": b"v2"}, new=False)
+    batch.insert("b", b"n1", b"w1")
+    batch.expect("a", b"x", b"1")
+    batch.expect("a", b"gone", None)
+    batch.expect_none("b", b"p", b"q")
+    batch.expect_last("log", b"\x01")
+    batch.delete("b", b"y")
+    text = render(batch.signature(), {t: s.ident for t, s in backend._sql.items()})
+    params = batch.params()
+    types = param_types(text)
+    assert len(types) == len(params)
+    assert set(types) == {17, 1001}  # bytea, bytea[]
+    conn = backend._connect()
+    try:
+        conn.execute("BEGIN")
+        conn.execute(text, for_psycopg(text, params), binary=True)
+        assert conn.execute("SELECT count(*) FROM " + backend._sql["b"].ident).fetchone() == (1,)
+        conn.execute("ROLLBACK")
+        out: list[Any] = []
+        raw = RawPipeline(conn)
+        raw.run([("BEGIN", None), (text, params), ("ROLLBACK", None)], out)
+        assert failed(out, 3) is None, [r.error_message for r in out]
+        batch.expect("b", b"y", b"no")  # a failed assertion still fails the statement
+        text = render(batch.signature(), {t: s.ident for t, s in backend._sql.items()})
+        out = []
+        raw.run([("BEGIN", None), (text, batch.params()), ("ROLLBACK", None)], out)
+        assert failed(out, 3) == 1
+        assert out[1].error_message.startswith(b"ERROR:  division by zero")
+    finally:
+        conn.close()
+        backend.close()
+
+
 def test_an_error_that_followed_from_an_assumption_runs_the_transaction_again(
     pg_schemas: PgSchemas, tmp_path: Path
 ) -> None:
@@ -252,9 +296,9 @@ def test_a_row_too_big_to_keep_is_read_not_assumed_absent(
     """A value over what the process keeps of the rows it wrote is remembered as there: a
     transaction that reads it reads it (the LangGraph saver's latest row of a 64 KiB state,
     read by every put), instead of assuming it absent and running again every time."""
-    from backends import postgres  # noqa: PLC0415
+    from backends import postgres_known  # noqa: PLC0415
 
-    monkeypatch.setattr(postgres, "KNOWN_VALUE_BYTES_MAX", 64)
+    monkeypatch.setattr(postgres_known, "KNOWN_VALUE_BYTES_MAX", 64)
     backend = _open(pg_schemas, tmp_path)
     try:
         big = b"s" * 1000
