@@ -558,6 +558,8 @@ class CheckpointLog(HeadCache):
             now = read_head_now(backend, stream_key_bytes(invocation_id, backend.max_key_bytes))
             if now is None:
                 return None
+            if rows_max is not None and load_rows(now[1]) > rows_max:
+                return TOO_BIG
         if now is None or now[1].layout:  # (fan-outs: their rows, in chunks)
             with backend.read() as txn:
                 got = self.log.stream_id(txn, invocation_id) if now is None else now[0]
@@ -572,8 +574,6 @@ class CheckpointLog(HeadCache):
                 else:
                     now = got, got_row, head_of(txn, got, got_row, lazy)
         sid, row, head = now
-        if rows_max is not None and load_rows(row) > rows_max:
-            return TOO_BIG
         if rows_max is not None and len(head.state) + len(head.parent_states) > rows_max * 1024:
             return TOO_BIG  # decoding would hold the event loop: the caller hops to a thread
         big = any(hd.instance_count > self.lazy_instances_over for hd in row.layout)

@@ -288,14 +288,11 @@ class LogCheckpointManager:
 
     def _load(self, task_id: str) -> dict[str, Any] | None:
         stream = STREAM_PREFIX + task_id
-        raw_key = stream.encode("utf-8", "surrogatepass")
-        if len(raw_key) > self._max_key:
-            return None
         found = VIEW.locate(self.log, stream)  # (two statements on a server: this, the frame)
-        head = None if found is None else found[1]
-        if found is None or head is None or head.latest == 0:
+        if found is None or found[1].latest == 0:
             return None
-        sf = read_frame_now(self.log, stream, found[0], head.latest)
+        sid, head = found
+        sf = read_frame_now(self.log, stream, sid, head.latest)
         frame = sf.frame if sf is not None else None
         if not isinstance(frame, Event) or frame.name != CHECKPOINT:
             raise CorruptFrame(

@@ -28,7 +28,7 @@ from eventlog import walker
 from eventlog.errors import CheckpointError, CorruptFrame
 from eventlog.frames import Event
 from eventlog.layout import LOG, STREAM_IDS, STREAMS, U64, U64X2
-from eventlog.log import EventLog, StoredFrame, stream_key_bytes
+from eventlog.log import EventLog, StoredFrame
 from eventlog.reports import Problem
 from eventlog.streams import Step, StreamInfo
 
@@ -74,16 +74,19 @@ class HeadedEventView(Generic[H]):
         raw = txn.get(self.table, self.head_key(sid))
         return None if raw is None else self._dec.decode(raw)
 
-    def locate(self, log: EventLog, stream: str) -> tuple[int, H | None] | None:
-        """The id and head row of ``stream`` (``None``: no frames), in a read of its own: one
-        statement on a server (:meth:`~backends.base.Backend.get_named_spans_now`: the head
-        row joined to the stream's id), where a read transaction takes four round trips."""
-        span = (self.table, self.head_prefix, b"", b"\x00")
-        name = stream_key_bytes(stream, log.backend.max_key_bytes)
-        p, spans = log.backend.get_named_spans_now(STREAM_IDS, name, (span,))
-        if p is None:
+    def locate(self, log: EventLog, stream: str) -> tuple[int, H] | None:
+        """The id and head row of ``stream`` (``None``: it has none, or its key is too long
+        to have been saved), in a read of its own: one statement on a server
+        (:meth:`~backends.base.Backend.get_named_spans_now`: the head row joined to the
+        stream's id), where a read transaction takes four round trips."""
+        name = stream.encode("utf-8", "surrogatepass")
+        if len(name) > log.backend.max_key_bytes:
             return None
-        return U64.unpack(p)[0], self._dec.decode(spans[0][0][1]) if spans[0] else None
+        span = (self.table, self.head_prefix, b"", b"\x00")
+        p, spans = log.backend.get_named_spans_now(STREAM_IDS, name, (span,))
+        if p is None or not spans[0]:
+            return None
+        return U64.unpack(p)[0], self._dec.decode(spans[0][0][1])
 
     def write_head(self, txn: WriteTxn, sid: int, head: H) -> None:
         txn.put(self.table, self.head_key(sid), self._enc.encode(head))

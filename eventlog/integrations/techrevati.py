@@ -306,13 +306,8 @@ class LogSaver:
     def _locate(self, thread_id: str) -> tuple[str, int, _Head] | None:
         """``(stream, stream id, head)`` of a thread, or ``None`` when it has no frames."""
         stream = STREAM_PREFIX + thread_id
-        raw_key = stream.encode("utf-8", "surrogatepass")
-        if len(raw_key) > self._max_key:
-            return None  # no thread this long can have been saved
         found = VIEW.locate(self.log, stream)  # (one statement on a server)
-        if found is None or found[1] is None:
-            return None
-        return stream, found[0], found[1]
+        return None if found is None else (stream, *found)
 
     def _checkpoint_frame(self, stream: str, sid: int, seq: int) -> _Checkpoint:
         sf = read_frame_now(self.log, stream, sid, seq)
