@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import sqlite3
 import subprocess
 import sys
@@ -202,6 +203,19 @@ def print_table(
     print("  ".join("-" * w for w in widths))
     for row in rows:
         print(line(row))
+
+
+def callgrind_instructions(module: str, args: Sequence[str], extra: Sequence[str] = ()) -> int:
+    """Instructions valgrind's callgrind counts in ``python -m MODULE ARGS`` (a benchmark's
+    child; ``extra``: more callgrind options), every thread, ``PYTHONHASHSEED=0`` so that the
+    same inputs count the same. Needs ``valgrind`` on the PATH."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *extra]
+    cmd += [sys.executable, "-m", module, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stderr
+    m = re.search(r"Collected : ([\d,]+)", out)
+    assert m is not None, out[-2000:]
+    return int(m.group(1).replace(",", ""))
 
 
 def write_json(path: str | os.PathLike[str], payload: Any) -> Path:

@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import raw_lmdb_commits, sqlite_commits
+from benchmarks.common import callgrind_instructions, raw_lmdb_commits, sqlite_commits
 from benchmarks.durable_commit import _lg_checkpoint, _rec, _written
 
 RESULTS = Path(__file__).parent / "results" / "durable_ir.json"
@@ -91,13 +87,7 @@ def child(name: str, n: int) -> None:
 
 
 def instructions(name: str, n: int) -> int:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
-    cmd += ["-m", "benchmarks.durable_ir", "--child", name, str(n)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stderr
-    m = re.search(r"Collected : ([\d,]+)", out)
-    assert m is not None, out[-2000:]
-    return int(m.group(1).replace(",", ""))
+    return callgrind_instructions("benchmarks.durable_ir", ["--child", name, str(n)])
 
 
 def bytes_written(name: str, n: int, k: int) -> float:

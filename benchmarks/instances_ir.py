@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.common import callgrind_instructions
 from benchmarks.instances import result_of
 from benchmarks.instances_cpu import ROWS
 
@@ -45,13 +42,8 @@ def child(name: str, n: int, saves: int) -> None:
 
 
 def instructions(name: str, n: int, saves: int) -> int:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
-    cmd += ["-m", "benchmarks.instances_ir", "--child", name, str(n), str(saves)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stderr
-    m = re.search(r"Collected : ([\d,]+)", out)
-    assert m is not None, out[-2000:]
-    return int(m.group(1).replace(",", ""))
+    args = ["--child", name, str(n), str(saves)]
+    return callgrind_instructions("benchmarks.instances_ir", args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,8 +39,6 @@ import json
 import os
 import pickle
 import re
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -51,8 +49,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from benchmarks.common import callgrind_instructions
+from benchmarks.pg_compare import URL, ckpt_url, open_postgres_saver, replay
+
 RESULTS = Path(__file__).parent / "results" / "pg_step_ir.json"
-URL = os.environ.get("CKPTLOG_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 ROWS = ("ours", "theirs")
 # area -> (module, class, functions) whose outermost calls are counted
 _TXN_OPS = (
@@ -105,7 +105,6 @@ def _store(row: str, schema: str) -> Iterator[Any]:
     _schema(schema, create=True)
     try:
         if row == "ours":
-            from benchmarks.pg_compare import ckpt_url  # noqa: PLC0415
             from eventlog.integrations.langgraph import LmdbSaver  # noqa: PLC0415
 
             saver = LmdbSaver.open(ckpt_url(URL, schema), durability="fsync")
@@ -114,8 +113,6 @@ def _store(row: str, schema: str) -> Iterator[Any]:
             finally:
                 saver.close()
         else:
-            from benchmarks.pg_compare import open_postgres_saver  # noqa: PLC0415
-
             theirs, conn = open_postgres_saver(URL, schema, "on")
             try:
                 yield theirs
@@ -134,12 +131,6 @@ def _steps(calls: list[Any], n: int) -> list[Any]:
                 return calls[: i + 1]
             puts += 1
     raise SystemExit(f"only {puts} steps recorded, {n} asked for")
-
-
-def _replay(saver: Any, calls: list[Any], thread: str) -> None:
-    from benchmarks.pg_compare import replay  # noqa: PLC0415
-
-    replay(saver, calls, thread)
 
 
 def _picklable(calls: list[Any]) -> list[Any]:
@@ -185,22 +176,16 @@ def _through_reduce(area: str) -> Callable[[Callable[[], None]], None]:
 def child(row: str, n: int, k: int, calls_file: str, area: str | None) -> None:
     calls = pickle.loads(Path(calls_file).read_bytes())
     with _store(row, f"ir_{row}_{os.getpid()}") as saver:
-        _replay(saver, calls[:4], "warm")  # connections, prepared statements, catalog caches
+        replay(saver, calls[:4], "warm")  # connections, prepared statements, catalog caches
         first = _steps(calls, n)
-        _replay(saver, first, "t")
+        replay(saver, first, "t")
         if area is not None:
             rest = _steps(calls, n + k)[len(first) :]
-            _through_reduce(area)(lambda: _replay(saver, rest, "t"))
+            _through_reduce(area)(lambda: replay(saver, rest, "t"))
 
 
 def _callgrind(args: list[str], extra: list[str]) -> int:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *extra]
-    cmd += [sys.executable, "-m", "benchmarks.pg_step_ir", "--child", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stderr
-    m = re.search(r"Collected : ([\d,]+)", out)
-    assert m is not None, out[-2000:]
-    return int(m.group(1).replace(",", ""))
+    return callgrind_instructions("benchmarks.pg_step_ir", ["--child", *args], extra)
 
 
 def instructions(row: str, n: int, k: int, calls_file: str, pool: Executor) -> float:
@@ -243,11 +228,11 @@ def messages(row: str, calls: list[Any], n: int, k: int) -> dict[str, float]:
         psycopg.connect = psycopg.Connection.connect
         try:
             with _store(row, f"msg_{row}_{os.getpid()}") as saver:
-                _replay(saver, calls[:4], "warm")
+                replay(saver, calls[:4], "warm")
                 first = _steps(calls, n)
-                _replay(saver, first, "t")
+                replay(saver, first, "t")
                 before = counted()
-                _replay(saver, _steps(calls, n + k)[len(first) :], "t")
+                replay(saver, _steps(calls, n + k)[len(first) :], "t")
                 after = counted()
         finally:
             psycopg.Connection.connect = classmethod(real)  # type: ignore[method-assign, assignment]
