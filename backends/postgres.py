@@ -93,6 +93,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from itertools import repeat
+from operator import is_
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -535,6 +537,9 @@ class _StaleAssumption(RetryableWrite):
     server had changed: it was rolled back and runs again, reading what is stored."""
 
 
+_ONLY_BYTES: frozenset[type] = frozenset((bytes,))
+
+
 class _PgWrite(_PgRead, WriteTxn):
     _what = "writing"
 
@@ -858,23 +863,58 @@ class _PgWrite(_PgRead, WriteTxn):
             self.assumed += 1
 
     def _rows(self, table: str, pairs: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-        """``pairs`` checked, as one row per key (one INSERT may not change a row twice)."""
-        for k, _ in pairs:
-            self._check_key(k)
+        """``pairs`` checked, as one row per key (one INSERT may not change a row twice).
+        Checked in bulk (C-speed passes over the keys and values); a pair that fails is
+        named by :meth:`_check_key`, as one at a time would."""
+        try:
+            rows = dict(pairs)  # the last value of a key wins, as a loop's would
+        except (TypeError, ValueError):  # an unhashable key, or not a pair: named below
+            for k, _ in pairs:
+                self._check_key(k)
+            raise
+        keys = rows.keys()
+        if (
+            set(map(type, keys)) != _ONLY_BYTES
+            or min(map(len, keys)) < 1
+            or max(map(len, keys)) > POSTGRES_KEY_BYTES_MAX
+        ):
+            for k, _ in pairs:
+                self._check_key(k)
         self._sql(table)
-        return {k: bytes(v) for k, v in pairs}
+        if set(map(type, rows.values())) != _ONLY_BYTES:
+            rows = {k: bytes(v) for k, v in rows.items()}
+        return rows
 
     def _queue(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
         """Queue ``rows`` (``new``: as a plain INSERT, else an upsert), seen by this
         transaction and by what the process knows once it commits."""
         self._batch.write(table, rows, new=new)
-        for k, v in rows.items():
-            self.seen[table, k] = v
-            self._saw(table, k, v)
+        if len(rows) == 1:
+            for k, v in rows.items():
+                self.seen[table, k] = v
+                self._saw(table, k, v)
+            return
+        self.seen.update(zip(zip(repeat(table), rows), rows.values(), strict=False))
+        top = max(rows)  # what _saw of each row in turn leaves: the greatest key
+        self._saw(table, top, rows[top])
 
     def _all_new(self, table: str, rows: dict[bytes, bytes]) -> bool:
-        """Whether this transaction assumes none of ``rows``' keys exists (none known to)."""
-        return all(self._new_key(table, k) for k in rows)
+        """Whether this transaction assumes none of ``rows``' keys exists (none known to):
+        :meth:`_new_key` of each, in C-speed passes over the keys."""
+        if len(rows) == 1:
+            return all(self._new_key(table, k) for k in rows)
+        if not self.assuming or table in self.pruned or table not in self._owner._present:
+            return False
+        known = self._owner._known
+        if table in known.appended:
+            return False
+        keys = list(zip(repeat(table), rows))
+        seen = self.seen
+        return (
+            not any(map(seen.__contains__, keys))
+            and all(map(is_, map(known.rows.get, keys), repeat(None)))
+            and not (known.opaque and any(map(known.opaque.__contains__, keys)))
+        )
 
     def _new_key(self, table: str, key: bytes) -> bool:
         """Whether this transaction assumes ``key`` absent from ``table``: it runs on what is

@@ -378,6 +378,14 @@ class _InstanceSaves(_HeadFrame):
         if layout is None:
             return
         headers = _headers(layout)
+        cols = self.cols
+        if cols is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
+            hd = headers.get(cols[0][0])
+            indices, raws = cols[1], cols[4]
+            if hd is not None and indices and 0 <= min(indices) <= max(indices) < hd.instance_count:
+                write_instance_rows(txn, sid, hd.fid, indices, raws)
+                self.early = layout
+            return  # (an instance the layout lacks: build refuses it under the lock)
         rows = [
             _RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw))
             for ch in self.changes
