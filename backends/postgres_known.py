@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import itemgetter, not_
 
 # What a process keeps of the rows its write transactions wrote and read (_Known): rows, and
 # the largest value kept (a bigger one is read again when needed).
@@ -62,11 +62,16 @@ class Known:
                 del self.opaque[k]
         opaque = self.opaque
         size = self.size
-        if len(rows) > 1 and not opaque and self._plain(rows):  # the loop below, at C speed
-            gone = map(known.pop, rows, repeat(None))
-            size += sum(map(len, filter(None, rows.values()))) - sum(map(len, filter(None, gone)))
-            known.update(rows)
-            rows = {}
+        if len(rows) > 1 and not opaque:  # the loop below, at C speed
+            if appended:  # (the rows of tables rows are appended to are not kept)
+                kept = map(not_, map(appended.__contains__, map(_table_of, rows)))
+                rows = dict(compress(rows.items(), kept))
+            if max(map(len, filter(None, rows.values())), default=0) <= KNOWN_VALUE_BYTES_MAX:
+                gone = map(known.pop, rows, repeat(None))
+                size += sum(map(len, filter(None, rows.values())))
+                size -= sum(map(len, filter(None, gone)))
+                known.update(rows)
+                rows = {}
         for k, v in rows.items():
             if k[0] in appended:
                 continue
@@ -88,13 +93,6 @@ class Known:
                 self.size -= len(v)
         while len(self.opaque) > KNOWN_ROWS_MAX:
             self.opaque.popitem(last=False)
-
-    def _plain(self, rows: dict[tuple[str, bytes], bytes | None]) -> bool:
-        """Whether :meth:`merge` keeps every one of ``rows`` as it is: none of a table rows
-        are appended to, none too big to keep."""
-        if self.appended and not self.appended.isdisjoint(map(_table_of, rows)):
-            return False
-        return max(map(len, filter(None, rows.values())), default=0) <= KNOWN_VALUE_BYTES_MAX
 
     def _drop(self, k: tuple[str, bytes]) -> None:
         v = self.rows.pop(k, None)
