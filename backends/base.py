@@ -367,16 +367,17 @@ class Backend(abc.ABC):
         writers share a lock (PostgreSQL), before the lock is taken, so other writers need not
         wait for it; elsewhere simply first.
         """
-        for attempt in range(attempts):
+        attempt = 1  # (counted by hand: no range iterator for the usual single attempt)
+        while True:
             try:
                 with self.write() as txn:
                     if before_lock is not None:
                         before_lock(txn)
                     return fn(txn)
             except RetryableWrite:
-                if attempt == attempts - 1:
+                if attempt >= attempts:
                     raise
-        raise AssertionError("unreachable")  # pragma: no cover
+                attempt += 1
 
     def __enter__(self) -> Backend:
         return self

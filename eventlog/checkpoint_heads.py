@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 class _Hooks:
     """Keeps the writer's head cache consistent with what actually committed."""
 
+    __slots__ = ("owner",)
+
     def __init__(self, owner: HeadCache) -> None:
         self.owner = owner
 

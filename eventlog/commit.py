@@ -241,20 +241,13 @@ class GroupCommit:
 
     def _take_batch_locked(self) -> list[_Item]:
         queue = self._queue
-        self._last_flush = time.monotonic()
+        if self.flush_interval is not None:  # (the only reader of the time of the last flush)
+            self._last_flush = time.monotonic()
         if len(queue) <= self.batch_frames_max:  # all of it (the usual case)
             batch = list(queue)
             queue.clear()
             return batch
         return [queue.popleft() for _ in range(self.batch_frames_max)]
-
-    def _commit_safely(self, batch: list[_Item]) -> None:
-        try:
-            self._commit(batch)
-        except BaseException as e:  # noqa: BLE001 - no batch may stop later commits
-            for it in batch:
-                it.result = e
-            self._resolve(batch)
 
     def _run(self) -> None:
         batch: list[_Item] = []
@@ -279,7 +272,7 @@ class GroupCommit:
                     self._committing = True
                     batch = self._take_batch_locked()
                 try:
-                    self._commit_safely(batch)
+                    self._commit(batch)
                 finally:
                     with self._cond:
                         self._committing = False
@@ -389,52 +382,58 @@ class GroupCommit:
         return new_ids
 
     def _commit(self, batch: list[_Item]) -> None:
-        frames = [
-            it
-            for it in batch
-            if it.frame is not None and (isinstance(it.frame, DeferredFrame) or self._prepare(it))
-        ]
-        failure: StorageError | None = None  # the storage failed: frames from it were not written
-        if frames:
-            try:
-                self._run_write(frames)
-            except Exception as e:  # noqa: BLE001 - delivered to the callers
-                if _is_storage_failure(e):
-                    failure = _storage_error(e)
+        try:  # (resolving its waiters; an error outside any one frame fails them all)
+            frames = [
+                it
+                for it in batch
+                if it.frame is not None
+                and (isinstance(it.frame, DeferredFrame) or self._prepare(it))
+            ]
+            failure: StorageError | None = None  # the storage failed: its frames were not written
+            if frames:
+                try:
+                    self._run_write(frames)
+                except Exception as e:  # noqa: BLE001 - delivered to the callers
+                    if _is_storage_failure(e):
+                        failure = _storage_error(e)
+                        for it in frames:
+                            it.result = failure
+                    else:
+                        # One frame (or its effect) failed the whole transaction: isolate it by
+                        # committing the frames one at a time (each caller gets its own outcome).
+                        for it in frames:
+                            it.result = None
+                        for k, it in enumerate(frames):
+                            try:
+                                self._run_write([it])
+                            except Exception as e1:  # noqa: BLE001 - delivered to the caller
+                                if not _is_storage_failure(e1):
+                                    it.result = e1
+                                    continue
+                                failure = _storage_error(e1)  # the rest would fail too: stop here
+                                for rest in frames[k:]:
+                                    rest.result = failure
+                                break
+                except BaseException as e:  # noqa: BLE001 - interrupted: every caller hears
                     for it in frames:
-                        it.result = failure
-                else:
-                    # One frame (or its effect) failed the whole transaction: isolate it by
-                    # committing the frames one at a time, so each caller gets its own outcome.
-                    for it in frames:
-                        it.result = None
-                    for k, it in enumerate(frames):
-                        try:
-                            self._run_write([it])
-                        except Exception as e1:  # noqa: BLE001 - delivered to the caller
-                            if not _is_storage_failure(e1):
-                                it.result = e1
-                                continue
-                            failure = _storage_error(e1)  # the rest would fail too: stop here
-                            for rest in frames[k:]:
-                                rest.result = failure
-                            break
-            except BaseException as e:  # noqa: BLE001 - interrupted: every caller hears
-                for it in frames:
-                    it.result = e
-        if failure is not None:
-            self._keep_buffered(batch, failure)
-        for it in frames:
-            res = it.result
-            cls = res.__class__  # (exact classes: results are never subclasses of these)
-            if cls is Appended:
-                self._log_bytes += res.stored_bytes  # type: ignore[union-attr]
-                self._frames_appended += 1
-            elif cls is int:
-                self._log_bytes += res  # type: ignore[operator]
-                self._frames_appended += 1
-                it.result = None
-        self._resolve(batch)
+                        it.result = e
+            if failure is not None:
+                self._keep_buffered(batch, failure)
+            for it in frames:
+                res = it.result
+                cls = res.__class__  # (exact classes: results are never subclasses of these)
+                if cls is Appended:
+                    self._log_bytes += res.stored_bytes  # type: ignore[union-attr]
+                    self._frames_appended += 1
+                elif cls is int:
+                    self._log_bytes += res  # type: ignore[operator]
+                    self._frames_appended += 1
+                    it.result = None
+            self._resolve(batch)
+        except BaseException as e:  # noqa: BLE001 - no batch may stop later commits
+            for it in batch:
+                it.result = e
+            self._resolve(batch)
 
     def _write(self, txn: WriteTxn) -> tuple[dict[str, int], WriteTxn]:
         """Append the items of :meth:`_run_write` in one transaction; returns the stream ids it
@@ -456,7 +455,7 @@ class GroupCommit:
             sid, fresh = (known_sid, False) if known_sid else w.stream_id(stream)
             tail = tails.get(sid) or w.tail(sid, fresh)
             seq = tail[0] + 1
-            if it.expect_seq not in (None, seq) and sid not in w.pending_sids:
+            if it.expect_seq is not None and it.expect_seq != seq and sid not in w.pending_sids:
                 tail = tails[sid] = _read_tail(txn, sid)  # a kept tail may be stale: read it
             if it.expect_seq is not None and it.expect_seq != (seq := tail[0] + 1):
                 it.result = SequenceConflict(
@@ -536,7 +535,7 @@ class GroupCommit:
             self._resolve(queued)
 
     def _resolve(self, batch: list[_Item]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Item]] | None = None  # (made when needed)
         for it in batch:
             fut = it.future
             if fut is _LED:
@@ -547,11 +546,11 @@ class GroupCommit:
             elif fut is not None:
                 _settle_future(fut, res)
             elif it.aio is not None:
-                by_loop.setdefault(it.aio[0], []).append(it)
+                (by_loop := by_loop or {}).setdefault(it.aio[0], []).append(it)
             elif isinstance(res, BaseException):
                 with self._cond:
                     self._deferred.append(res)
-        if not by_loop:
+        if by_loop is None:
             return
         running = asyncio._get_running_loop()  # the loop of this thread, if it leads a commit
         for loop, items in by_loop.items():
@@ -570,6 +569,9 @@ class _TxnWriter:
     :meth:`write_pending` runs before any deferred frame or effect (one that reads only
     its stream's rows: when that stream has some pending), so those see the transaction.
     """
+
+    __slots__ = ("found_ids", "gseq", "index_rows", "known", "log_rows", "new_ids", "next_id",
+                 "pending_sids", "seal", "serial", "tails", "txn", "wrote")  # fmt: skip
 
     def __init__(self, log: GroupCommit, txn: WriteTxn, items: Sequence[_Item] = ()) -> None:
         self.txn, self.known, self.seal = txn, log._ids, log._sealer.seal

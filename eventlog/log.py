@@ -399,7 +399,7 @@ class EventLog(GroupCommit):
     def _commit_taken(self, batch: list[_Item]) -> None:
         """Commit ``batch``, taken off the queue by this caller (``_committing`` set)."""
         try:
-            self._commit_safely(batch)
+            self._commit(batch)
         except BaseException as e:
             self._die(e, batch)  # an internal error: fail every waiter rather than hang one
             if not isinstance(e, Exception):

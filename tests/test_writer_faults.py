@@ -119,7 +119,7 @@ def _ev(i: int) -> Event:
 def test_dead_writer_fails_waiting_and_later_calls_with_writer_failed() -> None:
     log = EventLog(MemoryBackend())
     log.append("s", _ev(0))
-    real = log._commit_safely
+    real = log._commit
     entered, go = threading.Event(), threading.Event()
     writer_threads: list[threading.Thread] = []
 
@@ -132,7 +132,7 @@ def test_dead_writer_fails_waiting_and_later_calls_with_writer_failed() -> None:
             raise RuntimeError("injected writer bug")
         real(batch)
 
-    log._commit_safely = broken  # type: ignore[method-assign]
+    log._commit = broken  # type: ignore[method-assign]
     first = log.submit("s", _ev(1))  # the writer takes it and blocks in the injected bug
     assert entered.wait(WAIT_S)
     queued = log.submit("s", _ev(2))  # waits in the queue behind the dying batch
@@ -183,7 +183,7 @@ def test_writer_bug_in_a_leading_caller_fails_waiters_instead_of_hanging() -> No
     def broken(batch: Any) -> None:
         raise RuntimeError("injected bug in a leading caller")
 
-    log._commit_safely = broken  # type: ignore[method-assign]
+    log._commit = broken  # type: ignore[method-assign]
     with pytest.raises(WriterFailed, match="injected bug") as e:
         log.append("s", _ev(1))
     assert isinstance(e.value.__cause__, RuntimeError)
