@@ -104,3 +104,19 @@ def test_a_run_of_some_parts_carries_the_others_over_from_the_stored_run(tmp_pat
     full: dict[str, object] = {}
     carry_over(full, out, ["linear", "growth", "instances", "workers"])
     assert full == {}
+
+
+@pytest.mark.parametrize("row", ["ours", "copy"])
+def test_pg_instances_ir_child_runs_its_job_and_drops_its_schema(row: str) -> None:
+    """What ``benchmarks.pg_instances_ir`` runs under callgrind (valgrind is not needed to
+    check that its job runs): the instances saved, and no schema of it left behind."""
+    from benchmarks.pg_compare import PREFIX  # noqa: PLC0415
+    from benchmarks.pg_instances_ir import child  # noqa: PLC0415
+
+    child(row, 600)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)",
+            (f"{PREFIX}ir_{row}_",),
+        ).fetchall()
+    assert left == []
