@@ -92,14 +92,6 @@ def _array(items: Iterable[bytes | bytearray | memoryview | None]) -> bytes:
         if v is not None:
             return _ONE_HEADER + _ITEM_LEN.pack(len(v)) + v
     pack = _ITEM_LEN.pack
-    listed = list(items)
-    if listed and None not in listed:  # each item's length, then its bytes: C-speed passes
-        lengths = map(pack, map(len, listed))  # type: ignore[arg-type]
-        pairs = zip(lengths, listed, strict=False)
-        return _ARRAY_HEADER.pack(1, 0, BYTEA_OID, len(listed), 1) + b"".join(
-            itertools.chain.from_iterable(pairs)  # type: ignore[arg-type]
-        )
-    items = listed
     parts: list[bytes | bytearray | memoryview] = [b""]
     n = nulls = 0
     for v in items:

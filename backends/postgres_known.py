@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import compress, repeat
-from operator import itemgetter, not_
 
 # What a process keeps of the rows its write transactions wrote and read (_Known): rows, and
 # the largest value kept (a bigger one is read again when needed).
 KNOWN_ROWS_MAX = 65_536
 KNOWN_VALUE_BYTES_MAX = 1 << 20
 KNOWN_BYTES_MAX = 64 << 20  # the values kept, in all
-_table_of = itemgetter(0)  # of a (table, key) pair, at C speed
 
 
 class Known:
@@ -62,16 +59,6 @@ class Known:
                 del self.opaque[k]
         opaque = self.opaque
         size = self.size
-        if len(rows) > 1 and not opaque:  # the loop below, at C speed
-            if appended:  # (the rows of tables rows are appended to are not kept)
-                kept = map(not_, map(appended.__contains__, map(_table_of, rows)))
-                rows = dict(compress(rows.items(), kept))
-            if max(map(len, filter(None, rows.values())), default=0) <= KNOWN_VALUE_BYTES_MAX:
-                gone = map(known.pop, rows, repeat(None))
-                size += sum(map(len, filter(None, rows.values())))
-                size -= sum(map(len, filter(None, gone)))
-                known.update(rows)
-                rows = {}
         for k, v in rows.items():
             if k[0] in appended:
                 continue

@@ -541,3 +541,52 @@ def test_a_key_written_unread_and_unknown_is_inserted_and_a_row_there_reruns(
     finally:
         ours.close()
         other.close()
+
+
+def test_a_large_put_many_is_checked_noted_and_assumed_as_row_by_row(
+    pg_schemas: PgSchemas, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put_many of ``BULK_ROWS_MIN`` rows or more (an instance batch) is checked and noted
+    in passes over the whole batch: the same keys refused with the same errors and nothing
+    written, the last value of a repeated key kept, the transaction's greatest key known, new
+    keys inserted plainly and known ones upserted, as row by row."""
+    from backends.postgres import BULK_ROWS_MIN  # noqa: PLC0415
+    from eventlog.errors import CheckpointError  # noqa: PLC0415
+
+    n = BULK_ROWS_MIN * 2
+    keys = [b"k%04d" % i for i in range(n)]
+    backend = _open(pg_schemas, tmp_path)
+    try:
+        backend.run_write(lambda t: t.append("log", b"\x01", b"f1"))
+        greatest: list[bytes | None] = []
+
+        def write(value: bytes) -> Any:
+            def fn(txn: WriteTxn) -> None:
+                txn.last_key("b")  # (now followed by the transaction's own writes)
+                txn.put_many("b", [*[(k, value) for k in keys], (keys[3], value + b"!")])
+                greatest.append(txn.last_key("b"))
+
+            return fn
+
+        def writes_of_b(sent: list[str]) -> str:
+            (statement,) = [x for x in sent if '"b" (k, v)' in x]
+            return statement
+
+        sent = _statements(backend, write(b"one"), monkeypatch)
+        assert backend.stale == 0 and greatest == [keys[-1]]
+        assert "ON CONFLICT" not in writes_of_b(sent)  # new keys: a plain INSERT
+        sent = _statements(backend, write(b"two"), monkeypatch)
+        assert backend.stale == 0 and greatest == [keys[-1]] * 2
+        assert "ON CONFLICT" in writes_of_b(sent)  # known to hold values: upserted
+        for bad, says in ((b"", "non-empty bytes"), (b"x" * 512, "exceeds"), ("str", "bytes")):
+
+            def refused(txn: WriteTxn, bad: Any = bad) -> None:
+                txn.put_many("b", [(k, b"bad") for k in keys] + [(bad, b"bad")])
+
+            with pytest.raises(CheckpointError, match=says):
+                backend.run_write(refused)
+        with backend.read() as r:
+            got = dict(r.scan("b"))
+        assert got == {**{k: b"two" for k in keys}, keys[3]: b"two!"}
+    finally:
+        backend.close()

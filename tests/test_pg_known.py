@@ -1,6 +1,6 @@
 """What a PostgreSQL writer keeps of its own commits (``backends.postgres_known.Known``) and the
-binary ``bytea[]`` arrays its statements carry: the C-speed paths against the row-by-row
-rules they replace, on any input (no server needed)."""
+binary ``bytea[]`` arrays its statements carry, held to their rules written out one row at a
+time, on any input (no server needed)."""
 
 from __future__ import annotations
 
