@@ -450,9 +450,9 @@ class _WriteScope:
             env.adopt_resize()
             raise RetryableWrite(f"{self.path!r}: another process grew the map; retry")
         if env.seg_fd is not None and env.durability == "fsync":
-            logged = LmdbLoggedWrite(self.txn, env.dbs, env.max_key)
-            self.ops = logged.ops
-            return logged
+            ops: list[tuple[str, bytes, bytes | None]] = []
+            self.ops = ops
+            return LmdbLoggedWrite(self.txn, env.dbs, env.max_key, ops)
         self.ops = None
         return LmdbWrite(self.txn, env.dbs, env.max_key)
 

@@ -149,6 +149,9 @@ class LmdbRead(ReadTxn):
             cur = self._txn.cursor(db=db)
             if not cur.set_range(start):
                 return []
+            if limit == 1:  # (whether a range holds a row: the cursor's own, no iterator)
+                key: bytes = cur.key()
+                return [(key, cur.value())] if key < stop else []
             got = list(islice(cur.iternext(keys=True, values=True), limit))
         except lmdb.Error as e:  # a damaged page: say so in our terms
             raise translate(e, "scanning") from e
@@ -233,9 +236,18 @@ class LmdbRead(ReadTxn):
 
 
 class LmdbWrite(LmdbRead, WriteTxn):
-    def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
+    def __init__(
+        self,
+        txn: Any,
+        dbs: dict[str, Any],
+        max_key: int,
+        ops: list[tuple[str, bytes, bytes | None]] | None = None,
+    ) -> None:
         super().__init__(txn, dbs)
         self._max_key = max_key
+        # The puts and deletes, in order, when the transaction keeps its redo record
+        # (:class:`LmdbLoggedWrite`, which is given a list); ``None``: it keeps none.
+        self.ops = ops
 
     def serial(self) -> int:
         tid: int = self._txn.id()
@@ -263,19 +275,22 @@ class LmdbWrite(LmdbRead, WriteTxn):
             pk = db.memo.get(key) or db.stored(key)
             if pk is None:
                 self._check_key(key)  # raises
-            else:
-                self._txn.put(pk, value, True, True, False, db.db)
-            return
-        if key.__class__ is not bytes:
-            self._check_key(key)  # raises, unless a bytes subclass of a storable length
-        # An empty key, or one over LMDB's limit, LMDB refuses before writing anything
-        # (MDB_BAD_VALSIZE, and the transaction stays usable): named then, rather than
-        # measured at every put.
-        try:
-            self._txn.put(key, value, True, True, False, db)
-        except lmdb.BadValsizeError:
-            self._check_key(key)  # raises, naming the key
-            raise
+                return
+            self._txn.put(pk, value, True, True, False, db.db)
+        else:
+            if key.__class__ is not bytes:
+                self._check_key(key)  # raises, unless a bytes subclass of a storable length
+            # An empty key, or one over LMDB's limit, LMDB refuses before writing anything
+            # (MDB_BAD_VALSIZE, and the transaction stays usable): named then, rather than
+            # measured at every put.
+            try:
+                self._txn.put(key, value, True, True, False, db)
+            except lmdb.BadValsizeError:
+                self._check_key(key)  # raises, naming the key
+                raise
+        ops = self.ops  # (logged here, not by an override: a put is one call of ours)
+        if ops is not None:
+            ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
 
     def delete(self, table: str, key: bytes) -> bool:
         if not key:  # LMDB rejects an empty key; none can be stored anyway
@@ -394,15 +409,10 @@ _first = itemgetter(0)  # of a (key, value) pair, at C speed
 
 class LmdbLoggedWrite(LmdbWrite):
     """A write transaction that also lists its puts and deletes, in order: the redo record
-    of a durable commit (backends/lmdb_wal.py). Values are copied by ``bytes`` already."""
+    of a durable commit (backends/lmdb_wal.py). Values are copied by ``bytes`` already.
+    Opened with the list to fill: ``LmdbLoggedWrite(txn, dbs, max_key, [])``."""
 
-    def __init__(self, txn: Any, dbs: dict[str, Any], max_key: int) -> None:
-        super().__init__(txn, dbs, max_key)
-        self.ops: list[tuple[str, bytes, bytes | None]] = []
-
-    def put(self, table: str, key: bytes, value: bytes) -> None:
-        LmdbWrite.put(self, table, key, value)
-        self.ops.append((table, key, value if value.__class__ is bytes else bytes(value)))
+    ops: list[tuple[str, bytes, bytes | None]]  # (given by the opener; put, inherited, logs)
 
     def delete(self, table: str, key: bytes) -> bool:
         deleted = super().delete(table, key)

@@ -472,13 +472,15 @@ class WritesFrame(ViewFrame):
             # the w row holds exactly the checkpoint's writes: no write row to read
             task = f.task_id
             stored = {w.idx for t, _, w in lw.writes if t == task}
-            keep = tuple(w for w in f.writes if w.idx < 0 or w.idx not in stored)
+            keep = tuple([w for w in f.writes if w.idx < 0 or w.idx not in stored])
         else:
             keep = tuple(
-                w
-                for w in f.writes
-                if w.idx < 0
-                or txn.get(WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx)) is None
+                [
+                    w
+                    for w in f.writes
+                    if w.idx < 0
+                    or txn.get(WRITES, write_key(sid, f.checkpoint_id, f.task_id, w.idx)) is None
+                ]
             )
         if not keep:
             return None  # every write is already stored: nothing to append

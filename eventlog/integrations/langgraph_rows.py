@@ -204,8 +204,17 @@ def writes_prefix(sid: int, checkpoint_id: str) -> bytes:
     return U64.pack(sid) + _s16(checkpoint_id)
 
 
+def task_writes_prefix(sid: int, checkpoint_id: str, task_id: str) -> bytes:
+    """The keys of one task's writes to a checkpoint begin with this (then :func:`write_idx`)."""
+    return writes_prefix(sid, checkpoint_id) + _s16(task_id)
+
+
+def write_idx(idx: int) -> bytes:
+    return U32.pack(idx + IDX_BIAS)
+
+
 def write_key(sid: int, checkpoint_id: str, task_id: str, idx: int) -> bytes:
-    return writes_prefix(sid, checkpoint_id) + _s16(task_id) + U32.pack(idx + IDX_BIAS)
+    return task_writes_prefix(sid, checkpoint_id, task_id) + write_idx(idx)
 
 
 def split_write_key(key: bytes) -> tuple[str, str, int]:
@@ -623,13 +632,12 @@ def apply_rows(
     ``lg_threads`` is not read."""
     if isinstance(frame, LgCheckpoint):
         return apply_checkpoint(txn, sid, seq, frame, tkey, newer)
-    k = U64.pack(sid)
     if isinstance(frame, LgWrites):
-        cid, task, path = frame.checkpoint_id, frame.task_id, frame.task_path
-        for pos, w in enumerate(frame.writes):
-            txn.put(WRITES, write_key(sid, cid, task, w.idx), _enc.encode(WriteRow(seq, pos, path)))
+        prefix, path = task_writes_prefix(sid, frame.checkpoint_id, frame.task_id), frame.task_path
+        for pos, w in enumerate(frame.writes):  # (the keys share the prefix: built once)
+            txn.put(WRITES, prefix + write_idx(w.idx), _enc.encode(WriteRow(seq, pos, path)))
         if frame.writes and not newer:  # (newer: the caller knows lg_threads names it)
-            _keep_thread(txn, tkey, k)
+            _keep_thread(txn, tkey, U64.pack(sid))
     elif isinstance(frame, LgRemove):
         _apply_remove(txn, sid, frame, tkey)
     return False
