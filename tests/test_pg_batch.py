@@ -573,10 +573,12 @@ def test_a_large_put_many_is_checked_noted_and_assumed_as_row_by_row(
             return statement
 
         sent = _statements(backend, write(b"one"), monkeypatch)
-        assert backend.stale == 0 and greatest == [keys[-1]]
+        assert backend.stale == 0
+        assert greatest == [keys[-1]]
         assert "ON CONFLICT" not in writes_of_b(sent)  # new keys: a plain INSERT
         sent = _statements(backend, write(b"two"), monkeypatch)
-        assert backend.stale == 0 and greatest == [keys[-1]] * 2
+        assert backend.stale == 0
+        assert greatest == [keys[-1]] * 2
         assert "ON CONFLICT" in writes_of_b(sent)  # known to hold values: upserted
         for bad, says in ((b"", "non-empty bytes"), (b"x" * 512, "exceeds"), ("str", "bytes")):
 
@@ -587,6 +589,6 @@ def test_a_large_put_many_is_checked_noted_and_assumed_as_row_by_row(
                 backend.run_write(refused)
         with backend.read() as r:
             got = dict(r.scan("b"))
-        assert got == {**{k: b"two" for k in keys}, keys[3]: b"two!"}
+        assert got == {**dict.fromkeys(keys, b"two"), keys[3]: b"two!"}
     finally:
         backend.close()
