@@ -868,8 +868,8 @@ class _PgWrite(_PgRead, WriteTxn):
 
     def _rows(self, table: str, pairs: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
         """``pairs`` checked, as one row per key (one INSERT may not change a row twice).
-        Checked in bulk (C-speed passes over the keys and values); a pair that fails is
-        named by :meth:`_check_key`, as one at a time would."""
+        From ``BULK_ROWS_MIN`` pairs checked in C-speed passes over the keys and values; a
+        key that fails is named by :meth:`_check_key`, as one at a time would."""
         if len(pairs) < BULK_ROWS_MIN:  # (fewer rows: a loop costs less than the passes)
             for k, _ in pairs:
                 self._check_key(k)
@@ -909,7 +909,7 @@ class _PgWrite(_PgRead, WriteTxn):
 
     def _all_new(self, table: str, rows: dict[bytes, bytes]) -> bool:
         """Whether this transaction assumes none of ``rows``' keys exists (none known to):
-        :meth:`_new_key` of each, in C-speed passes over the keys."""
+        :meth:`_new_key` of each (from ``BULK_ROWS_MIN`` rows, in C-speed passes)."""
         if len(rows) < BULK_ROWS_MIN:
             return all(self._new_key(table, k) for k in rows)
         if not self.assuming or table in self.pruned or table not in self._owner._present:
