@@ -544,6 +544,26 @@ _ONLY_BYTES: frozenset[type] = frozenset((bytes,))
 BULK_ROWS_MIN = 16
 
 
+def _checked_in_bulk(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, bytes] | None:
+    """``pairs`` as one row per key (the last value of a key wins), when every key is
+    ``bytes`` of a storable length, the values made ``bytes``; ``None`` when some pair needs
+    the check key by key (a bad key, an unhashable one, a bytes subclass, not a pair)."""
+    try:
+        rows = dict(pairs)
+    except (TypeError, ValueError):
+        return None
+    keys = rows.keys()
+    if (
+        set(map(type, keys)) != _ONLY_BYTES
+        or min(map(len, keys)) < 1
+        or max(map(len, keys)) > POSTGRES_KEY_BYTES_MAX
+    ):
+        return None
+    if set(map(type, rows.values())) != _ONLY_BYTES:
+        return {k: bytes(v) for k, v in rows.items()}
+    return rows
+
+
 class _PgWrite(_PgRead, WriteTxn):
     _what = "writing"
 
@@ -867,31 +887,15 @@ class _PgWrite(_PgRead, WriteTxn):
             self.assumed += 1
 
     def _rows(self, table: str, pairs: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-        """``pairs`` checked, as one row per key (one INSERT may not change a row twice).
-        From ``BULK_ROWS_MIN`` pairs checked in C-speed passes over the keys and values; a
-        key that fails is named by :meth:`_check_key`, as one at a time would."""
-        if len(pairs) < BULK_ROWS_MIN:  # (fewer rows: a loop costs less than the passes)
+        """``pairs`` checked, as one row per key (one INSERT may not change a row twice):
+        from ``BULK_ROWS_MIN`` pairs in C-speed passes (:func:`_checked_in_bulk`), else (or
+        when those refuse them) key by key, the first bad key named by :meth:`_check_key`."""
+        rows = _checked_in_bulk(pairs) if len(pairs) >= BULK_ROWS_MIN else None
+        if rows is None:
             for k, _ in pairs:
                 self._check_key(k)
-            self._sql(table)
-            return {k: bytes(v) for k, v in pairs}
-        try:
-            rows = dict(pairs)  # the last value of a key wins, as a loop's would
-        except (TypeError, ValueError):  # an unhashable key, or not a pair: named below
-            for k, _ in pairs:
-                self._check_key(k)
-            raise
-        keys = rows.keys()
-        if (
-            set(map(type, keys)) != _ONLY_BYTES
-            or min(map(len, keys)) < 1
-            or max(map(len, keys)) > POSTGRES_KEY_BYTES_MAX
-        ):
-            for k, _ in pairs:
-                self._check_key(k)
+            rows = {k: bytes(v) for k, v in pairs}
         self._sql(table)
-        if set(map(type, rows.values())) != _ONLY_BYTES:
-            rows = {k: bytes(v) for k, v in rows.items()}
         return rows
 
     def _queue(self, table: str, rows: dict[bytes, bytes], *, new: bool) -> None:
@@ -912,11 +916,9 @@ class _PgWrite(_PgRead, WriteTxn):
         :meth:`_new_key` of each (from ``BULK_ROWS_MIN`` rows, in C-speed passes)."""
         if len(rows) < BULK_ROWS_MIN:
             return all(self._new_key(table, k) for k in rows)
-        if not self.assuming or table in self.pruned or table not in self._owner._present:
+        if not self._may_assume_absent(table):
             return False
         known = self._owner._known
-        if table in known.appended:
-            return False
         keys = list(zip(repeat(table), rows))
         seen = self.seen
         return (
@@ -930,13 +932,24 @@ class _PgWrite(_PgRead, WriteTxn):
         known, and neither it (a write, a deletion, an assertion) nor what is known holds a
         value of the key. Such a key is in none of the queued batch's writes. A table rows
         are appended to is never assumed: what is known does not keep its rows (as get())."""
-        if not self.assuming or table in self.pruned or table not in self._owner._present:
+        if not self._may_assume_absent(table):
             return False
         k = (table, key)
         if k in self.seen:
             return False  # written, deleted or asserted in this transaction: upsert
         known = self._owner._known
-        return table not in known.appended and known.rows.get(k) is None and k not in known.opaque
+        return known.rows.get(k) is None and k not in known.opaque
+
+    def _may_assume_absent(self, table: str) -> bool:
+        """Whether a key of ``table`` may be assumed absent at all (:meth:`_new_key`): this
+        transaction runs on what is known, the table is present and not pruned by it, and
+        rows are not appended to it."""
+        return (
+            self.assuming
+            and table not in self.pruned
+            and table in self._owner._present
+            and table not in self._owner._known.appended
+        )
 
     def delete(self, table: str, key: bytes) -> bool:
         self._pre.pop(table, None)  # a prefetched value may be stale now

@@ -378,15 +378,13 @@ class _InstanceSaves(_HeadFrame):
         if layout is None:
             return
         headers = _headers(layout)
-        cols = self.cols
-        if cols is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
-            hd = headers.get(cols[0][0])
-            indices, raws = cols[1], cols[4]
-            if hd is not None and indices and 0 <= min(indices) <= max(indices) < hd.instance_count:
-                write_instance_rows(txn, sid, hd.fid, indices, raws)
-                self.early = layout
-            return  # (an instance the layout lacks: build refuses it under the lock)
-        rows = [
+        one = None if self.mixed else self._in_one_fan_out(headers)
+        if one is not None:  # one fan-out (the usual batch): at C speed
+            fan, (_, indices, _, _, raws) = one
+            write_instance_rows(txn, sid, fan.fid, indices, raws)
+            self.early = layout
+            return
+        rows = [  # the changes the layout takes (build refuses the others under the lock)
             _RawChange(hd.fid, ch.index, msgspec.Raw(ch.raw))
             for ch in self.changes
             if (hd := headers.get(ch.key)) is not None and 0 <= ch.index < hd.instance_count
@@ -473,6 +471,18 @@ class _InstanceSaves(_HeadFrame):
         head.kind = frame.kind
         return frame, head
 
+    def _in_one_fan_out(
+        self, headers: dict[_FanOutKey, FanOutHeader]
+    ) -> tuple[FanOutHeader, _Columns] | None:
+        """The fan-out of a batch not ``mixed`` and its changes by column, when the layout
+        ``headers`` has that fan-out and every index is in its range (the usual batch, written
+        at C speed); ``None`` otherwise (each change is then checked on its own)."""
+        cols = self.cols if self.cols is not None else self._columns()
+        hd = headers.get(cols[0][0])
+        if hd is None or min(cols[1]) < 0 or max(cols[1]) >= hd.instance_count:
+            return None
+        return hd, cols
+
     def _frame(
         self,
         stream: str,
@@ -484,27 +494,24 @@ class _InstanceSaves(_HeadFrame):
         applied to ``slots`` (the writer's head) when given."""
         self.rejected = rejected = []
         self.rows = None
-        cols = self.cols
-        key = cols[0][0] if cols is not None else self._changes[0].key
-        hd = headers.get(key)
-        if hd is not None and not self.mixed:  # one fan-out (the usual batch): at C speed
-            _, indices, progs, times, raws = cols if cols is not None else self._columns()
-            if min(indices) >= 0 and max(indices) < hd.instance_count:
-                if slots is not None:
-                    slot = slots[hd.fid]  # in call order (the later wins), at C speed
-                    scatter(slot.instances, indices, progs)
-                    slot.src = None
-                    array = cached_change_array(slot, indices, progs, raws)
-                    lend(slot, indices, raws)
-                else:
-                    array = change_array(hd.fid, indices, raws)
-                self.rows = (hd.fid, indices, raws)
-                return Save(
-                    kind="fan_out_internal",
-                    saved_at=times[-1],
-                    instances=msgspec.Raw(array),  # type: ignore[arg-type]
-                    instance_saved_at=tuple(times) if len(times) > 1 else (),
-                )
+        one = None if self.mixed else self._in_one_fan_out(headers)
+        if one is not None:  # one fan-out (the usual batch): at C speed
+            fan, (_, indices, progs, times, raws) = one
+            if slots is not None:
+                slot = slots[fan.fid]  # in call order (the later wins), at C speed
+                scatter(slot.instances, indices, progs)
+                slot.src = None
+                array = cached_change_array(slot, indices, progs, raws)
+                lend(slot, indices, raws)
+            else:
+                array = change_array(fan.fid, indices, raws)
+            self.rows = (fan.fid, indices, raws)
+            return Save(
+                kind="fan_out_internal",
+                saved_at=times[-1],
+                instances=msgspec.Raw(array),  # type: ignore[arg-type]
+                instance_saved_at=tuple(times) if len(times) > 1 else (),
+            )
         changes: list[Any] = []  # _RawChange: each progress encoded once, by the caller
         times = []
         if slots is not None:
