@@ -282,6 +282,7 @@ class _InstanceChange(msgspec.Struct, frozen=True, gc=False):
 # A run of changes column by column: keys, indices, progresses, times, encoded progresses (a
 # staged run or a save_instances call: no object per change)
 _Columns = tuple[list[_FanOutKey], list[int], list[Any], list[float], list[bytes]]
+_Headers = dict[_FanOutKey, FanOutHeader]  # a layout's fan-outs by key
 
 
 def _no_columns() -> _Columns:
@@ -471,12 +472,8 @@ class _InstanceSaves(_HeadFrame):
         head.kind = frame.kind
         return frame, head
 
-    def _in_one_fan_out(
-        self, headers: dict[_FanOutKey, FanOutHeader]
-    ) -> tuple[FanOutHeader, _Columns] | None:
-        """The fan-out of a batch not ``mixed`` and its changes by column, when the layout
-        ``headers`` has that fan-out and every index is in its range (the usual batch, written
-        at C speed); ``None`` otherwise (each change is then checked on its own)."""
+    def _in_one_fan_out(self, headers: _Headers) -> tuple[FanOutHeader, _Columns] | None:
+        """A batch's one fan-out and its columns, if ``headers`` has it and takes every index."""
         cols = self.cols if self.cols is not None else self._columns()
         hd = headers.get(cols[0][0])
         if hd is None or min(cols[1]) < 0 or max(cols[1]) >= hd.instance_count:
